@@ -1,0 +1,3 @@
+module github.com/rallyws/rally
+
+go 1.26
