@@ -1,0 +1,156 @@
+package frame
+
+import "encoding/binary"
+
+// The validator is a deterministic automaton over bytes whose states are
+// "how the current character may continue". Each state is a multiple of 6 and
+// names a 6-bit field: dfa[c] holds, in the field of state s, the state that
+// follows s on byte c. So one step is a table load that does not depend on the
+// state and a shift that does: s = dfa[c] >> (s & 63).
+//
+// Ranges from RFC 3629 section 4 (UTF8-2, UTF8-3, UTF8-4): E0 needs A0-BF next
+// (no overlongs), ED needs 80-9F (no surrogates), F0 needs 90-BF (no
+// overlongs), F4 needs 80-8F (nothing above U+10FFFF); C0, C1 and F5-FF never
+// occur.
+const (
+	sAccept = 0  // at a character boundary; zero so that UTF8{} is ready
+	sReject = 6  // invalid; every byte stays here
+	sTail1  = 12 // one more byte 80-BF
+	sTail2  = 18 // two more bytes 80-BF
+	sTail3  = 24 // three more bytes 80-BF
+	sE0     = 30 // after E0: A0-BF, then one more
+	sED     = 36 // after ED: 80-9F, then one more
+	sF0     = 42 // after F0: 90-BF, then two more
+	sF4     = 48 // after F4: 80-8F, then two more
+)
+
+var dfa = func() (t [256]uint64) {
+	for c := range t {
+		var next [sF4/6 + 1]uint64 // indexed by state/6; sReject unless set below
+		for i := range next {
+			next[i] = sReject
+		}
+		switch {
+		case c < 0x80:
+			next[sAccept/6] = sAccept
+		case c >= 0xC2 && c <= 0xDF:
+			next[sAccept/6] = sTail1
+		case c == 0xE0:
+			next[sAccept/6] = sE0
+		case c == 0xED:
+			next[sAccept/6] = sED
+		case c >= 0xE1 && c <= 0xEF:
+			next[sAccept/6] = sTail2
+		case c == 0xF0:
+			next[sAccept/6] = sF0
+		case c == 0xF4:
+			next[sAccept/6] = sF4
+		case c >= 0xF1 && c <= 0xF3:
+			next[sAccept/6] = sTail3
+		}
+		if c >= 0x80 && c <= 0xBF {
+			next[sTail1/6] = sAccept
+			next[sTail2/6] = sTail1
+			next[sTail3/6] = sTail2
+			if c >= 0xA0 {
+				next[sE0/6] = sTail1
+			} else {
+				next[sED/6] = sTail1
+			}
+			if c >= 0x90 {
+				next[sF0/6] = sTail2
+			} else {
+				next[sF4/6] = sTail2
+			}
+		}
+		for i, s := range next {
+			t[c] |= s << (6 * i)
+		}
+	}
+	return t
+}()
+
+// dfaBlock is how many bytes the automaton runs between checks for the
+// reject state and chances to take the ASCII path again.
+const dfaBlock = 32
+
+const hiBits = 0x8080808080808080
+
+// scan runs the automaton from state s over p. It returns the state after p
+// and -1, or sReject and the index of the first byte that made p invalid.
+func scan(s uint64, p []byte) (uint64, int) {
+	i := 0
+	for i < len(p) {
+		if s == sAccept {
+			// Skip ASCII 32, then 8 bytes at a time.
+			for len(p)-i >= 32 {
+				q := p[i : i+32 : i+32]
+				if (binary.LittleEndian.Uint64(q[0:8])|binary.LittleEndian.Uint64(q[8:16])|
+					binary.LittleEndian.Uint64(q[16:24])|binary.LittleEndian.Uint64(q[24:32]))&hiBits != 0 {
+					break
+				}
+				i += 32
+			}
+			for len(p)-i >= 8 && binary.LittleEndian.Uint64(p[i:i+8])&hiBits == 0 {
+				i += 8
+			}
+		}
+		end := min(i+dfaBlock, len(p))
+		s0 := s
+		for _, c := range p[i:end] {
+			s = dfa[c] >> (s & 63)
+		}
+		s &= 63
+		if s == sReject {
+			s = s0
+			for j, c := range p[i:end] {
+				s = dfa[c] >> (s & 63) & 63
+				if s == sReject {
+					return sReject, i + j
+				}
+			}
+		}
+		i = end
+	}
+	return s, -1
+}
+
+// UTF8 validates UTF-8 incrementally, across fragment and read boundaries, and
+// fails at the first byte that makes the text invalid: the first byte after
+// which no continuation could make the bytes fed so far valid UTF-8
+// (RFC 3629). Overlong forms, surrogates U+D800-DFFF, code points above
+// U+10FFFF, stray continuation bytes and the bytes C0, C1 and F5-FF are
+// invalid; so E0 80 fails at 80, ED A0 at A0, F4 90 at 90, C0 at C0.
+//
+// The zero value is ready to use. A UTF8 holds no reference to the bytes it
+// was fed. It is not safe for concurrent use.
+type UTF8 struct {
+	state uint64
+}
+
+// Feed checks p as the continuation of everything fed before. It returns the
+// index in p of the first byte that makes the text invalid, or -1 if the text
+// is still valid (possibly ending inside a character). Once invalid, the
+// validator stays invalid and later calls return 0 until Reset.
+func (v *UTF8) Feed(p []byte) int {
+	if v.state == sReject {
+		return 0
+	}
+	s, i := scan(v.state, p)
+	v.state = s
+	return i
+}
+
+// Complete reports whether everything fed since the last Reset is valid and
+// ends on a character boundary, as a whole text message must.
+func (v *UTF8) Complete() bool { return v.state == sAccept }
+
+// Reset makes v ready for a new text, as the zero value is.
+func (v *UTF8) Reset() { v.state = sAccept }
+
+// ValidUTF8 reports whether p is valid UTF-8 under the same rules as UTF8.
+// ASCII is checked 32 and 8 bytes at a time.
+func ValidUTF8(p []byte) bool {
+	s, _ := scan(sAccept, p)
+	return s == sAccept
+}
