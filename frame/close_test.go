@@ -107,10 +107,10 @@ func TestParseClosePayloadReadsCodeAndReasonAndFailsWithTheRightCode(t *testing.
 		{"03f7", 0, "", 1002}, // 1015
 		{"1388", 0, "", 1002}, // 5000
 		{"03e8 ff", 0, "", 1007},
-		{"03e8 6f6b c3", 0, "", 1007},     // truncated character
-		{"03e8 eda080", 0, "", 1007},      // surrogate
-		{"03ed ff", 0, "", 1002},          // the code is checked first
-		{"0bb8 f4908080", 0, "", 1007},    // above U+10FFFF
+		{"03e8 6f6b c3", 0, "", 1007},  // truncated character
+		{"03e8 eda080", 0, "", 1007},   // surrogate
+		{"03ed ff", 0, "", 1002},       // the code is checked first
+		{"0bb8 f4908080", 0, "", 1007}, // above U+10FFFF
 		{"0bb8 f48fbfbf", 3000, "\U0010FFFF", 0},
 	}
 	for _, tt := range tests {

@@ -21,6 +21,8 @@ func keyWord(key [4]byte, pos int) uint64 {
 func Mask(key [4]byte, pos int, b []byte) int {
 	next := (pos + len(b)) & 3
 	k := keyWord(key, pos)
+	// Each load-XOR-store below compiles to one instruction with no
+	// bounds check; four per iteration amortise the loop.
 	for len(b) >= 32 {
 		w := b[:32:32]
 		binary.LittleEndian.PutUint64(w[0:8], binary.LittleEndian.Uint64(w[0:8])^k)
@@ -46,9 +48,11 @@ func Mask(key [4]byte, pos int, b []byte) int {
 // untouched. len(dst) must be at least len(src) (MaskCopy panics otherwise);
 // dst and src may be the same slice but must not otherwise overlap.
 func MaskCopy(dst, src []byte, key [4]byte, pos int) int {
+	if len(dst) < len(src) {
+		panic("frame: MaskCopy into a dst shorter than src")
+	}
 	next := (pos + len(src)) & 3
 	k := keyWord(key, pos)
-	dst = dst[:len(src)]
 	for len(src) >= 32 {
 		s, d := src[:32:32], dst[:32:32]
 		binary.LittleEndian.PutUint64(d[0:8], binary.LittleEndian.Uint64(s[0:8])^k)
