@@ -1,0 +1,148 @@
+package rally
+
+import (
+	"net/http"
+
+	"github.com/rallyws/rally/internal/bufpool"
+)
+
+// Server is an http.Handler that accepts WebSocket connections and drives
+// each one with callbacks, in the style of Bun.serve: no read loop to write.
+//
+// The callbacks of one connection never run concurrently; they run on that
+// connection's reading goroutine. Message bytes are valid during the
+// callback only (no copy is made): keep a copy if you need them later. A
+// callback may call Write, Close or Ping on its connection (or any other)
+// without deadlocking: Close from a callback sends the close frame and
+// returns. A panic in a callback is recovered, logged, and closes that
+// connection with 1011.
+//
+// A Server's fields must not change once it serves.
+type Server struct {
+	// Options configure the handshake and the connections. nil means the
+	// defaults of AcceptOptions.
+	Options *AcceptOptions
+
+	// Upgrade, when set, runs before the handshake is answered. It may
+	// refuse the request by writing a response itself and returning false;
+	// otherwise the value it returns is attached to the connection
+	// (Conn.Data), e.g. the authenticated user.
+	Upgrade func(w http.ResponseWriter, r *http.Request) (data any, ok bool)
+
+	// Open is called once the connection is open, before any message.
+	Open func(c *Conn)
+
+	// Message is called for every data message. p is valid during the call.
+	Message func(c *Conn, typ MessageType, p []byte)
+
+	// Ping and Pong are called for control frames from the peer; p is valid
+	// during the call. Pings are answered automatically.
+	Ping func(c *Conn, p []byte)
+	Pong func(c *Conn, p []byte)
+
+	// Close is called exactly once, when the connection has ended, with how
+	// it ended (never nil).
+	Close func(c *Conn, err *CloseError)
+}
+
+// ServeHTTP upgrades the request and serves the connection until it ends.
+// The handshake failing is answered on w (see Accept) and logged at debug
+// level.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var data any
+	if s.Upgrade != nil {
+		d, ok := s.Upgrade(w, r)
+		if !ok {
+			return
+		}
+		data = d
+	}
+	opts := s.Options
+	if s.Ping != nil || s.Pong != nil {
+		o := AcceptOptions{}
+		if opts != nil {
+			o = *opts
+		}
+		if s.Ping != nil {
+			o.OnPing = s.Ping
+		}
+		if s.Pong != nil {
+			o.OnPong = s.Pong
+		}
+		opts = &o
+	}
+	c, err := Accept(w, r, opts)
+	if err != nil {
+		return
+	}
+	c.data = data
+	c.serving = true
+	go c.serve(s)
+}
+
+// serve is a served connection's reading goroutine.
+func (c *Conn) serve(s *Server) {
+	c.rsem <- struct{}{}
+	if s.Open != nil {
+		c.callOpen(s.Open)
+	}
+	for c.rend == nil {
+		ev, err := c.nextEvent(nil)
+		if err != nil {
+			break
+		}
+		if ev.first && ev.fin && c.partial == nil {
+			if s.Message != nil {
+				c.callMessage(s.Message, MessageType(ev.op), ev.payload)
+			}
+			continue
+		}
+		if ev.first {
+			c.partial = bufpool.Get(len(ev.payload))
+			c.partialType = MessageType(ev.op)
+		}
+		c.appendPartial(ev.payload)
+		if ev.fin {
+			if s.Message != nil {
+				c.callMessage(s.Message, c.partialType, *c.partial)
+			}
+			bufpool.Put(c.partial)
+			c.partial = nil
+		}
+	}
+	if c.partial != nil {
+		bufpool.Put(c.partial)
+		c.partial = nil
+	}
+	if c.lingering {
+		c.lingering = false
+		c.linger()
+	}
+	c.releaseReadBuffer()
+	<-c.rsem
+	<-c.done
+	if s.Close != nil {
+		c.callClose(s.Close, c.final)
+	}
+}
+
+func (c *Conn) callOpen(f func(*Conn)) {
+	defer c.recoverCallback()
+	f(c)
+}
+
+func (c *Conn) callMessage(f func(*Conn, MessageType, []byte), typ MessageType, p []byte) {
+	defer c.recoverCallback()
+	f(c, typ, p)
+}
+
+func (c *Conn) callClose(f func(*Conn, *CloseError), err *CloseError) {
+	defer c.recoverCallback()
+	f(c, err)
+}
+
+func (c *Conn) recoverCallback() {
+	if v := recover(); v != nil {
+		c.callbackPanicked(v)
+	}
+}
