@@ -1,0 +1,85 @@
+// Command rally is the WebSocket toolbox built on the rally library:
+//
+//	rally serve    run the WebSocket server (echo today; pub/sub to come)
+//
+// Run `rally COMMAND --help` for the flags of each.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rallyws/rally/server"
+)
+
+const usage = `rally: the WebSocket toolbox
+
+Usage:
+  rally serve [flags]          run the WebSocket server (echo at /echo)
+
+Run 'rally COMMAND --help' for the flags of a command.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "rally: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rally serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg server.Config
+	fs.StringVar(&cfg.Addr, "addr", envOr("RALLY_ADDR", "127.0.0.1:8080"), "address to listen on, HOST:PORT (env RALLY_ADDR)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long close handshakes may take on shutdown")
+	fs.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "ping a quiet client this often (negative: never)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 90*time.Second, "close a client silent this long with 1001 (negative: never)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: rally serve [flags]\n\nServes WebSocket echo at /echo. On SIGINT or SIGTERM it closes every\nWebSocket with 1001 (going away) and exits.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rally serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := server.New(cfg).ListenAndServe(ctx, stdout); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
