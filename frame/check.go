@@ -25,7 +25,7 @@ var (
 	errReservedOpcode = func() (e [16]*ProtocolError) {
 		for o := range e {
 			if Opcode(o).IsReserved() {
-				e[o] = protocolError("reserved opcode " + Opcode(o).String()[len("reserved("):len("reserved(0xB")])
+				e[o] = protocolError("reserved opcode 0x" + "0123456789ABCDEF"[o:o+1])
 			}
 		}
 		return e
