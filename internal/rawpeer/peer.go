@@ -17,13 +17,15 @@ import (
 // Peer is one end of a raw WebSocket connection: a net.Conn with a read
 // buffer, on the client side (frames written with WriteFrame are masked) or
 // the server side. It answers nothing by itself. A Peer is used by one
-// goroutine at a time, except Close, which may be called from any goroutine
-// to unblock a read or a write.
+// goroutine at a time, with two exceptions: one goroutine may read
+// (ReadFrame, SetReadTimeout) while another writes (Write*, SetWriteTimeout),
+// and Close may be called from any goroutine to unblock both.
 type Peer struct {
 	nc      net.Conn
 	br      *bufio.Reader
-	client  bool
-	timeout time.Duration
+	client       bool
+	readTimeout  time.Duration
+	writeTimeout time.Duration
 
 	// Trace, when set, is called with every chunk of bytes written (out
 	// true) and with the raw bytes of every frame read, header and payload
@@ -49,23 +51,32 @@ func (p *Peer) NetConn() net.Conn { return p.nc }
 
 // SetTimeout sets how long each following read (ReadFrame, ReadResponse,
 // ReadRequest, ExpectClose and ExpectEOF as a whole) and each write may
-// take. 0 means no limit.
-func (p *Peer) SetTimeout(d time.Duration) { p.timeout = d }
+// take. 0 means no limit. It is SetReadTimeout and SetWriteTimeout in one.
+func (p *Peer) SetTimeout(d time.Duration) {
+	p.readTimeout, p.writeTimeout = d, d
+}
 
-// Timeout returns the duration set by SetTimeout.
-func (p *Peer) Timeout() time.Duration { return p.timeout }
+// SetReadTimeout sets how long each following read may take (0: no limit).
+func (p *Peer) SetReadTimeout(d time.Duration) { p.readTimeout = d }
+
+// SetWriteTimeout sets how long each following write call may take (0: no
+// limit).
+func (p *Peer) SetWriteTimeout(d time.Duration) { p.writeTimeout = d }
+
+// Timeout returns the read timeout.
+func (p *Peer) Timeout() time.Duration { return p.readTimeout }
 
 func (p *Peer) readDeadline() {
-	if p.timeout > 0 {
-		p.nc.SetReadDeadline(time.Now().Add(p.timeout))
+	if p.readTimeout > 0 {
+		p.nc.SetReadDeadline(time.Now().Add(p.readTimeout))
 	} else {
 		p.nc.SetReadDeadline(time.Time{})
 	}
 }
 
 func (p *Peer) writeDeadline() {
-	if p.timeout > 0 {
-		p.nc.SetWriteDeadline(time.Now().Add(p.timeout))
+	if p.writeTimeout > 0 {
+		p.nc.SetWriteDeadline(time.Now().Add(p.writeTimeout))
 	} else {
 		p.nc.SetWriteDeadline(time.Time{})
 	}
@@ -184,10 +195,10 @@ func unexpected(err error) error {
 // or the frame's code differs from code; code 0 expects an empty body.
 func (p *Peer) ExpectClose(t testing.TB, code uint16) Frame {
 	t.Helper()
-	deadline := time.Now().Add(p.timeout)
+	deadline := time.Now().Add(p.readTimeout)
 	for {
-		if p.timeout > 0 && !time.Now().Before(deadline) {
-			t.Fatalf("rawpeer: no close frame within %v", p.timeout)
+		if p.readTimeout > 0 && !time.Now().Before(deadline) {
+			t.Fatalf("rawpeer: no close frame within %v", p.readTimeout)
 		}
 		f, err := p.ReadFrame()
 		if err != nil {
