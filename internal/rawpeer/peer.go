@@ -21,8 +21,8 @@ import (
 // (ReadFrame, SetReadTimeout) while another writes (Write*, SetWriteTimeout),
 // and Close may be called from any goroutine to unblock both.
 type Peer struct {
-	nc      net.Conn
-	br      *bufio.Reader
+	nc           net.Conn
+	br           *bufio.Reader
 	client       bool
 	readTimeout  time.Duration
 	writeTimeout time.Duration
