@@ -121,6 +121,15 @@ func (p *Peer) WriteChopped(b []byte, chunk int) error {
 	return nil
 }
 
+// Read reads raw bytes from the connection through the peer's buffer, so
+// that bytes buffered past a handshake are not skipped. It honours the read
+// timeout. It makes Peer an io.Reader for tests that parse frames their own
+// way (streaming, byte by byte).
+func (p *Peer) Read(b []byte) (int, error) {
+	p.readDeadline()
+	return p.br.Read(b)
+}
+
 // ReadFrame reads one frame within the peer's timeout and returns it with
 // the payload unmasked. It returns io.EOF if the connection ended cleanly
 // before the first byte of a frame, io.ErrUnexpectedEOF inside one, and the

@@ -452,3 +452,16 @@ func TestTraceSeesWireBytesInBothDirections(t *testing.T) {
 		t.Fatalf("client traced %x, want %x", out, want)
 	}
 }
+
+func TestReadSeesBytesBufferedPastTheHandshake(t *testing.T) {
+	client, server := pair(t)
+	errc := make(chan error, 1)
+	go func() { errc <- client.WriteRaw([]byte("raw bytes")) }()
+	got, err := io.ReadAll(io.LimitReader(server, 9))
+	if err != nil || string(got) != "raw bytes" {
+		t.Fatalf("Read = %q, %v", got, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
