@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,8 +84,7 @@ func acceptHandler(opts *AcceptOptions, before func(w http.ResponseWriter), wrap
 }
 
 // handshakeBytes returns an opening handshake request with method to Host
-// rally.test. Each line "Name: value" replaces the default line of that
-// name (and is sent, repeated names on several lines); "Name:" removes it.
+// rally.test, with lines applied as headLines does.
 func handshakeBytes(method string, lines ...string) []byte {
 	defaults := []string{
 		"Host: rally.test",
@@ -93,15 +93,19 @@ func handshakeBytes(method string, lines ...string) []byte {
 		"Sec-WebSocket-Key: " + rfcKey,
 		"Sec-WebSocket-Version: 13",
 	}
+	return []byte(headLines(method+" /chat HTTP/1.1", defaults, lines))
+}
+
+// headLines returns an HTTP head: first, then the default lines that lines
+// do not name, then lines. A line "Name: value" replaces the default of
+// that name (the same name on several lines is sent on each); "Name:"
+// removes it.
+func headLines(first string, defaults, lines []string) string {
 	name := func(line string) string { n, _, _ := strings.Cut(line, ":"); return strings.ToLower(n) }
 	var b strings.Builder
-	b.WriteString(method + " /chat HTTP/1.1\r\n")
+	b.WriteString(first + "\r\n")
 	for _, d := range defaults {
-		overridden := false
-		for _, l := range lines {
-			overridden = overridden || name(l) == name(d)
-		}
-		if !overridden {
+		if !slices.ContainsFunc(lines, func(l string) bool { return name(l) == name(d) }) {
 			b.WriteString(d + "\r\n")
 		}
 	}
@@ -111,7 +115,7 @@ func handshakeBytes(method string, lines ...string) []byte {
 		}
 	}
 	b.WriteString("\r\n")
-	return []byte(b.String())
+	return b.String()
 }
 
 // exchange writes raw to addr in one write and reads the answer; the body

@@ -125,7 +125,10 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet, URL: u})
 	if err != nil {
 		abort()
-		return nil, nil, fail(ctxErr(responseError(err)))
+		if ctx.Err() != nil {
+			return nil, nil, fail(context.Cause(ctx))
+		}
+		return nil, nil, responseError(err, where)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		keepBodyStart(resp)
@@ -304,19 +307,19 @@ func appendRequest(b []byte, u *url.URL, key string, opts *DialOptions) ([]byte,
 }
 
 // responseError describes a failure to read the server's answer. I/O
-// errors are kept; a parse error is replaced, because net/http quotes the
-// offending line, and a server that echoes the request (not an HTTP server
-// at all) would put the request line, query credentials included, in the
-// error text.
-func responseError(err error) error {
+// errors are kept; a parse error becomes a *HandshakeError without the
+// parser's text, because net/http quotes the offending line, and a server
+// that echoes the request (no HTTP server at all) would put the request
+// line, query credentials included, in the error text.
+func responseError(err error, where string) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("server closed the connection before answering: %w", err)
+		return fmt.Errorf("rally: dial %s: server closed the connection before answering: %w", where, err)
 	case errors.As(err, &ne):
-		return fmt.Errorf("reading the response: %w", err)
+		return fmt.Errorf("rally: dial %s: reading the response: %w", where, err)
 	}
-	return fmt.Errorf("%w: the answer is not an HTTP/1.1 response", ErrBadHandshake)
+	return &HandshakeError{URL: where, Reason: "the answer is not an HTTP/1.1 response"}
 }
 
 // keepBodyStart reads at most the first 1 KiB of a refused handshake's

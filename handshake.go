@@ -40,7 +40,8 @@ var ErrBadHandshake = errors.New("rally: bad opening handshake")
 // the URL's query, or a header value.
 type HandshakeError struct {
 	// Status is the HTTP status of the answer: the one Accept sent, or the
-	// one the server sent to Dial (101 when the 101 itself was wrong).
+	// one the server sent to Dial (101 when the 101 itself was wrong, 0
+	// when the answer was no HTTP response at all).
 	Status int
 
 	// Reason says which rule was broken, e.g. "Sec-WebSocket-Key is
@@ -53,7 +54,7 @@ type HandshakeError struct {
 
 	// Response is the server's answer to Dial: status, headers, and a Body
 	// holding at most the first 1 KiB of the response body (already read;
-	// the connection is closed). It is nil for Accept.
+	// the connection is closed). It is nil for Accept, and when Status is 0.
 	Response *http.Response
 }
 
