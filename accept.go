@@ -31,7 +31,9 @@ import (
 // the server set on it are cleared, and every byte the server had already
 // read past the request head is the start of the WebSocket stream. After
 // Accept returns, w and r.Body must not be used; r's headers and URL may
-// be. HTTP/2 requests cannot be hijacked and get a 500.
+// be. WebSockets over HTTP/2 (RFC 8441) are not supported: such a request
+// has no Upgrade and Connection headers and gets a 400. A ResponseWriter
+// that cannot be hijacked gets a 500.
 func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn, error) {
 	if opts == nil {
 		opts = &AcceptOptions{}

@@ -89,6 +89,9 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	}
 	addr := hostPortOf(u, secure)
 	raw, err := dial(ctx, "tcp", addr)
+	if err == nil && raw == nil {
+		err = errors.New("DialOptions.NetDialContext returned no connection and no error")
+	}
 	if err != nil {
 		return nil, nil, fail(ctxErr(err))
 	}

@@ -537,3 +537,22 @@ func TestDialErrorsNeverShowCredentials(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkDialAndAcceptOverLoopback(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := Accept(w, r, nil); err == nil {
+			c.CloseNow()
+		}
+	}))
+	defer srv.Close()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/"
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, _, err := Dial(ctx, url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.CloseNow()
+	}
+}

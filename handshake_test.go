@@ -367,3 +367,26 @@ func FuzzUpgradeRequestCheck(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkServerHandshakeRules(b *testing.B) {
+	q := upgradeRequest{
+		method:     "GET",
+		host:       "rally.test",
+		upgrade:    []string{"websocket"},
+		connection: []string{"keep-alive, Upgrade"},
+		key:        []string{rfcKey},
+		version:    []string{"13"},
+		origin:     []string{"https://rally.test"},
+		protocol:   []string{"chat, mqtt"},
+	}
+	opts := &AcceptOptions{Subprotocols: []string{"mqtt"}}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		key, rf := q.check(opts)
+		if rf != nil {
+			b.Fatal(rf.reason)
+		}
+		buf = appendSwitchingProtocols(buf[:0], key, selectSubprotocol(opts.Subprotocols, q.protocol), nil)
+	}
+}
