@@ -1,0 +1,31 @@
+# rally — make targets
+#
+#   make check   the quick loop while editing: vet and unit tests (with -race),
+#                no external peers (packages that need node, Chromium or
+#                Python are left out or skip under -short)
+#   make test    everything: installs the peers the tests need (npm packages,
+#                Debian's chromium, python3-websockets, tinyproxy), then runs
+#                every test with -race. This is what CI runs.
+#   make bench   the side-by-side benchmarks against other libraries
+
+GO      ?= go
+PKGS    := ./...
+UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
+
+.PHONY: check test setup bench fmt
+
+check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) test -race -short -count=1 $(UNIT)
+
+setup:
+	bash interop/setup.sh
+
+test: setup
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
