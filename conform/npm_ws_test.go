@@ -1,0 +1,82 @@
+package conform
+
+import (
+	"bufio"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nodeProject returns the interop Node project with npm ws installed, or
+// skips the test naming what is missing and how to install it.
+func nodeProject(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "interop", "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed: npm ws tests need Node.js (cd interop/node && npm ci)")
+	}
+	if _, err := exec.Command("node", "-e", "require.resolve('ws')").Output(); err != nil {
+		cmd := exec.Command("node", "-e", "require.resolve('ws')")
+		cmd.Dir = dir
+		if err := cmd.Run(); err != nil {
+			t.Skip("npm ws is not installed: cd interop/node && npm ci")
+		}
+	}
+	return dir
+}
+
+// startNpmWsServer starts interop/node/conform-server.mjs and returns its
+// echo URL; the process is killed when the test ends.
+func startNpmWsServer(t *testing.T, env ...string) string {
+	dir := nodeProject(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "node", "conform-server.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("npm ws server did not start: %v", err)
+	}
+	return "ws://127.0.0.1:" + strings.TrimSpace(line) + "/"
+}
+
+func quick() *Options {
+	return &Options{Scale: 1.0 / 64, Timeout: 2 * time.Second, CloseTimeout: 2 * time.Second, FailFastWait: 500 * time.Millisecond}
+}
+
+func logReport(t *testing.T, rep *Report) {
+	t.Helper()
+	for _, f := range rep.Failures() {
+		t.Log(f)
+	}
+	t.Log(rep.Counts())
+}
+
+// npmWsClient drives interop/node/conform-client.mjs against addr.
+func npmWsClient(t *testing.T, env ...string) func(ctx context.Context, addr string) error {
+	dir := nodeProject(t)
+	return func(ctx context.Context, addr string) error {
+		cmd := exec.CommandContext(ctx, "node", "conform-client.mjs", "ws://"+addr, "npm-ws")
+		cmd.Dir = dir
+		cmd.Env = append(cmd.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Logf("npm ws client output:\n%s", out)
+		}
+		return err
+	}
+}
