@@ -1,0 +1,42 @@
+// Package loadgen is a WebSocket load generator: it opens connections to
+// any WebSocket server, drives one of five scenarios (echo, chat,
+// throughput, connect, idle) and reports the rate, latency percentiles and
+// errors it measured, and, when the server runs on the same machine, the
+// server's CPU time per message and its memory.
+//
+// It is built to cost less than the server it measures: the opening
+// handshake is written by hand on a raw TCP connection, client frames are
+// masked once before the run and then written from a pre-built batch, and
+// replies are parsed in place in a reused read buffer without copying. The
+// frame type and length of every reply are checked, and the bytes of a
+// sample of them (the first reply of each connection, then one in
+// SampleEvery) are compared with what was sent; a wrong reply is counted
+// as an error, never as a message.
+//
+// The wire format is implemented here a second time on purpose, apart from
+// rally's frame package: loadgen checks rally's replies, and a checker that
+// shares the code under test shares its bugs.
+//
+// loadgen is for measuring servers: `rally bench` and the side-by-side
+// benchmarks in the bench module use it. It is not a WebSocket client
+// library (use rally.Dial), and it does not negotiate extensions yet, so
+// permessage-deflate cannot be measured with it.
+//
+// Scenarios and what they count:
+//
+//   - echo: Conns connections, each keeping InFlight messages of Size bytes
+//     outstanding (closed loop); counts replies.
+//   - chat: Conns clients of one room (the server delivers every message to
+//     every client, the sender included, as Bun's bench/websocket-server
+//     does); in rounds, every client sends InFlight messages and waits
+//     until it has received all Conns*InFlight of the round; counts
+//     deliveries. Latency runs from the start of the round.
+//   - throughput: echo over a single connection, 256 KiB binary messages
+//     by default (undici's method); reports MiB/s as well.
+//   - connect: Conns workers, each repeating dial, opening handshake and
+//     close handshake; counts completed opening handshakes, latency is dial
+//     to 101.
+//   - idle: opens Conns connections, holds them for the duration (answering
+//     pings) and reports how many stayed open and, with ServerPID, the
+//     server's resident memory per connection.
+package loadgen

@@ -1,0 +1,148 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+const usage = `usage: rally bench echo|chat|throughput|connect|idle URL [flags]
+
+Drives load against any WebSocket server at URL (ws:// or wss://) and prints
+the rate, latency percentiles and errors it measured.
+
+  echo        --conns connections, each keeping --inflight messages of
+              --size bytes outstanding; counts replies
+  chat        --conns clients of one room: the server must deliver every
+              message to every client, the sender included; each round,
+              every client sends --inflight messages; counts deliveries
+  throughput  one connection, --size (default 256 KiB) binary messages
+  connect     --conns workers opening and closing connections; counts
+              opening handshakes
+  idle        opens --conns connections and holds them for --duration;
+              with --server-pid, reports the server's memory per connection
+
+Flags:
+`
+
+// Main runs `rally bench` with args (the words after "bench") and returns
+// the exit status: 0 when the run ended without errors, 1 when it counted
+// errors or could not run, 2 for a usage error. The summary (or JSON with
+// --json) goes to stdout; live progress goes to stderr when stderr is a
+// terminal. Interrupting the process cuts the window short and still
+// prints what was measured.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rally bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	var cfg Config
+	fs.IntVar(&cfg.Conns, "conns", 0, "connections, clients or workers (default: echo 64, chat 32, connect 16, idle 1000)")
+	fs.IntVar(&cfg.Size, "size", 0, "payload bytes of each message (default 16; throughput 262144)")
+	fs.BoolVar(&cfg.Text, "text", false, "send text (non-ASCII UTF-8) messages (default: true for echo and chat, false for throughput)")
+	fs.IntVar(&cfg.InFlight, "inflight", 0, "messages outstanding per connection, or sent per round in chat (default: echo 1, chat 8)")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured window (idle: how long connections are held)")
+	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "load before the window opens, not counted (0 for none)")
+	fs.BoolVar(&cfg.Compress, "compress", false, "negotiate permessage-deflate (not yet supported)")
+	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of a server on this machine: report its CPU per message and memory")
+	fs.BoolVar(&cfg.InsecureTLS, "insecure", false, "do not verify a wss:// server's certificate")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	htmlPath := fs.String("html", "", "also write a self-contained HTML report to this file")
+
+	var positional []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(positional) != 2 {
+		fmt.Fprintf(stderr, "rally bench: want a scenario and a URL, got %d arguments\n\n", len(positional))
+		fs.Usage()
+		return 2
+	}
+	cfg.Scenario = Scenario(positional[0])
+	cfg.URL = positional[1]
+	if cfg.Warmup == 0 {
+		cfg.Warmup = -1
+	}
+	textSet := false
+	fs.Visit(func(f *flag.Flag) { textSet = textSet || f.Name == "text" })
+	if !textSet {
+		cfg.Text = cfg.Scenario == Echo || cfg.Scenario == Chat
+	}
+	d := Defaults(cfg)
+	if err := d.validate(); err != nil {
+		fmt.Fprintf(stderr, "rally bench: %v\n", strings.TrimPrefix(err.Error(), "loadgen: "))
+		if errors.Is(err, ErrCompressionUnsupported) {
+			return 1
+		}
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	live := isTerminal(stderr)
+	if live {
+		cfg.Progress = func(p Progress) { writeProgress(stderr, cfg.Scenario, p) }
+	}
+	res, err := Run(ctx, cfg)
+	if live {
+		fmt.Fprint(stderr, "\r\x1b[K")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rally bench: %v\n", strings.TrimPrefix(err.Error(), "loadgen: "))
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(res)
+	} else {
+		res.WriteSummary(stdout)
+	}
+	if *htmlPath != "" {
+		if err := os.WriteFile(*htmlPath, []byte(HTMLReport(res)), 0o644); err != nil {
+			fmt.Fprintf(stderr, "rally bench: %v\n", err)
+			return 1
+		}
+	}
+	if res.Errors > 0 {
+		return 1
+	}
+	return 0
+}
+
+// writeProgress draws one line of live progress: a bar over the window,
+// the rate of the last second, the errors so far.
+func writeProgress(w io.Writer, s Scenario, p Progress) {
+	const width = 20
+	done := 0
+	if p.Duration > 0 {
+		done = int(float64(width) * float64(p.Elapsed) / float64(p.Duration))
+	}
+	done = min(max(done, 0), width)
+	bar := strings.Repeat("#", done) + strings.Repeat(".", width-done)
+	if s == Idle {
+		fmt.Fprintf(w, "\r\x1b[K%-9s [%s] %5.1fs  %s connections open  errors %d", p.Phase, bar, p.Elapsed.Seconds(), Count(float64(p.Messages)), p.Errors)
+		return
+	}
+	fmt.Fprintf(w, "\r\x1b[K%-9s [%s] %5.1fs  %s/s  errors %d", p.Phase, bar, p.Elapsed.Seconds(), Count(p.Rate), p.Errors)
+}

@@ -1,0 +1,220 @@
+package loadgen
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Result is what one run measured. Every count and rate covers the window
+// only (after the warm-up); JSON field names are stable for machines.
+type Result struct {
+	Scenario     Scenario  `json:"scenario"`
+	URL          string    `json:"url"` // without user information or query values
+	Conns        int       `json:"conns"`
+	Size         int       `json:"size"`
+	Text         bool      `json:"text"`
+	InFlight     int       `json:"inflight"`
+	VerbatimEcho bool      `json:"verbatim_echo,omitempty"`
+	Started      time.Time `json:"started"`
+	// WarmupSeconds and WindowSeconds are the warm-up and the measured window.
+	WarmupSeconds float64 `json:"warmup_s"`
+	WindowSeconds float64 `json:"window_s"`
+	// Messages counts, in the window, echo replies (echo, throughput),
+	// deliveries (chat), completed opening handshakes (connect), or
+	// connections still open at the end (idle); Unit names which.
+	Messages int64  `json:"messages"`
+	Unit     string `json:"unit"`
+	// Rate is Messages per second of the window; for idle it is the rate at
+	// which the connections were opened.
+	Rate float64 `json:"rate_per_s"`
+	// PayloadBytes is the payload received in the window, MiBPerSecond its rate.
+	PayloadBytes int64   `json:"payload_bytes"`
+	MiBPerSecond float64 `json:"mib_per_s"`
+	// Latency is the round trip of echo and throughput, send of the round
+	// to delivery for chat, dial to 101 for connect and idle.
+	Latency Latency `json:"latency"`
+	// Errors counts wrong replies (type, length or sampled bytes), protocol
+	// violations, failed handshakes and connections lost before the end.
+	Errors int64 `json:"errors"`
+	// ErrorSamples are the most frequent error messages with their counts.
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Timeline is the count in each whole second of the window.
+	Timeline []int64      `json:"timeline"`
+	Idle     *IdleStats   `json:"idle,omitempty"`
+	Server   *ServerStats `json:"server,omitempty"`
+	Machine  MachineStats `json:"machine"`
+}
+
+// ServerStats is the server's cost in the window, read from /proc when
+// Config.ServerPID is set.
+type ServerStats struct {
+	PID                 int     `json:"pid"`
+	CPUSeconds          float64 `json:"cpu_s"`
+	CPUPercent          float64 `json:"cpu_percent"` // of one core
+	CPUMicrosPerMessage float64 `json:"cpu_us_per_message"`
+	RSSBytes            int64   `json:"rss_bytes"`      // at the end of the window
+	PeakRSSBytes        int64   `json:"peak_rss_bytes"` // during the window
+}
+
+// MachineStats tells how much CPU loadgen used and how busy the machine
+// was with other work (all cores, less the server and loadgen) in the window.
+type MachineStats struct {
+	Measured                   bool    `json:"measured"`
+	LoadgenCPUSeconds          float64 `json:"loadgen_cpu_s"`
+	LoadgenCPUMicrosPerMessage float64 `json:"loadgen_cpu_us_per_message"`
+	OtherBusyPercent           float64 `json:"other_busy_percent"` // of the whole machine
+}
+
+// IdleStats is the outcome of the idle scenario.
+type IdleStats struct {
+	Opened      int     `json:"opened"`
+	Held        int     `json:"held"`
+	OpenSeconds float64 `json:"open_s"`
+	// RSSBeforeBytes and RSSAfterBytes are the server's resident memory
+	// before the first connection and at the end of the hold; with Held
+	// they give RSSPerConnBytes.
+	RSSBeforeBytes  int64   `json:"rss_before_bytes,omitempty"`
+	RSSAfterBytes   int64   `json:"rss_after_bytes,omitempty"`
+	RSSPerConnBytes float64 `json:"rss_per_conn_bytes,omitempty"`
+}
+
+// errorLog counts errors and keeps the most frequent messages.
+type errorLog struct {
+	n      atomic.Int64
+	mu     sync.Mutex
+	counts map[string]int64
+}
+
+const maxDistinctErrors = 32
+
+func (e *errorLog) add(err error) {
+	e.n.Add(1)
+	msg := err.Error()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.counts == nil {
+		e.counts = make(map[string]int64)
+	}
+	if _, ok := e.counts[msg]; ok || len(e.counts) < maxDistinctErrors {
+		e.counts[msg]++
+	}
+}
+
+func (e *errorLog) samples() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	type kv struct {
+		msg string
+		n   int64
+	}
+	var all []kv
+	for m, n := range e.counts {
+		all = append(all, kv{m, n})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].n != all[j].n {
+			return all[i].n > all[j].n
+		}
+		return all[i].msg < all[j].msg
+	})
+	var out []string
+	for i, x := range all {
+		if i == 5 {
+			break
+		}
+		out = append(out, fmt.Sprintf("%s (x%d)", x.msg, x.n))
+	}
+	return out
+}
+
+// WriteSummary writes r for a person, a few aligned lines.
+func (r *Result) WriteSummary(w io.Writer) {
+	kind := "binary"
+	if r.Text {
+		kind = "text"
+	}
+	switch r.Scenario {
+	case Echo, Throughput:
+		fmt.Fprintf(w, "%s %s: %d conns x %d in flight, %s %s, %.1fs window\n", r.Scenario, r.URL, r.Conns, r.InFlight, Bytes(int64(r.Size)), kind, r.WindowSeconds)
+	case Chat:
+		fmt.Fprintf(w, "chat %s: %d clients x %d per round, %s %s, %.1fs window\n", r.URL, r.Conns, r.InFlight, Bytes(int64(r.Size)), kind, r.WindowSeconds)
+	case Connect:
+		fmt.Fprintf(w, "connect %s: %d workers, %.1fs window\n", r.URL, r.Conns, r.WindowSeconds)
+	case Idle:
+		fmt.Fprintf(w, "idle %s: %d connections held %.1fs\n", r.URL, r.Conns, r.WindowSeconds)
+	}
+	if r.Idle != nil {
+		fmt.Fprintf(w, "  held      %d of %d (opened at %s/s in %.2fs)\n", r.Idle.Held, r.Conns, Count(r.Rate), r.Idle.OpenSeconds)
+		if r.Idle.RSSPerConnBytes > 0 {
+			fmt.Fprintf(w, "  memory    %s per connection (server RSS %s -> %s)\n", Bytes(int64(r.Idle.RSSPerConnBytes)), Bytes(r.Idle.RSSBeforeBytes), Bytes(r.Idle.RSSAfterBytes))
+		}
+	} else {
+		fmt.Fprintf(w, "  rate      %s %s/s", Count(r.Rate), r.Unit)
+		if r.PayloadBytes > 0 {
+			fmt.Fprintf(w, " (%.1f MiB/s of payload)", r.MiBPerSecond)
+		}
+		fmt.Fprintln(w)
+	}
+	l := r.Latency
+	fmt.Fprintf(w, "  latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", Micros(l.P50), Micros(l.P90), Micros(l.P99), Micros(l.P999), Micros(l.Max))
+	fmt.Fprintf(w, "  errors    %d\n", r.Errors)
+	for _, s := range r.ErrorSamples {
+		fmt.Fprintf(w, "            %s\n", s)
+	}
+	if s := r.Server; s != nil {
+		fmt.Fprintf(w, "  server    pid %d: %.0f%% CPU", s.PID, s.CPUPercent)
+		if r.Idle == nil && s.CPUMicrosPerMessage > 0 {
+			fmt.Fprintf(w, ", %.2f us CPU per %s", s.CPUMicrosPerMessage, strings.TrimSuffix(r.Unit, "s"))
+		}
+		fmt.Fprintf(w, ", RSS %s (peak %s)\n", Bytes(s.RSSBytes), Bytes(s.PeakRSSBytes))
+	}
+	if r.Machine.Measured {
+		fmt.Fprintf(w, "  machine   loadgen used %.0f%% of a core; other work kept %.0f%% of the machine busy\n",
+			100*r.Machine.LoadgenCPUSeconds/max(r.WindowSeconds, 1e-9), r.Machine.OtherBusyPercent)
+	}
+}
+
+// Count formats a rate or count with thousands separators.
+func Count(v float64) string {
+	n := int64(v + 0.5)
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Bytes formats a byte count with a binary unit (B, KiB, MiB, GiB).
+func Bytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// Micros formats a latency given in microseconds.
+func Micros(us float64) string {
+	switch {
+	case us >= 1e6:
+		return fmt.Sprintf("%.2fs", us/1e6)
+	case us >= 1e3:
+		return fmt.Sprintf("%.2fms", us/1e3)
+	}
+	return fmt.Sprintf("%.0fus", us)
+}
