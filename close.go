@@ -81,16 +81,16 @@ func (c *Conn) CloseNow() error {
 func (c *Conn) sendClose(payload []byte) bool {
 	c.wmu.Lock()
 	if c.closeSent || c.werr != nil {
-		c.wmu.Unlock()
+		c.unlockWrite()
 		return false
 	}
 	seq, err := c.frameLocked(frame.OpClose, true, payload)
 	c.closeSent = true
 	c.closeSeq = seq
-	c.wmu.Unlock()
 	if err == nil {
 		c.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
 	}
+	c.unlockWrite()
 	return true
 }
 
@@ -108,7 +108,7 @@ func (c *Conn) linger() {
 	if c.server {
 		c.wmu.Lock()
 		seq := c.closeSeq
-		c.wmu.Unlock()
+		c.unlockWrite()
 		c.waitFlushed(context.Background(), seq, false)
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
@@ -144,20 +144,51 @@ func (c *Conn) finish(ce *CloseError) {
 		if c.werr == nil {
 			c.werr = ErrClosed
 		}
+		c.abortQueuedLocked(ErrClosed)
 		if !c.flushing {
 			c.releaseQueueLocked()
 		}
 		c.wakeLocked()
-		c.wmu.Unlock()
+		fns := c.onClose
+		c.onClose = nil
+		if c.closeTimer != nil {
+			c.closeTimer.Stop()
+		}
+		c.unlockWrite()
 		c.nc.Close()
 		if c.keepalive != nil {
 			c.keepalive.Stop()
 		}
-		if c.closeTimer != nil {
-			c.closeTimer.Stop()
-		}
 		close(c.done)
+		for _, f := range fns {
+			f(ce)
+		}
 	})
+}
+
+// drained runs OnDrain after the send queue emptied. A Server's connection
+// never runs it at the same time as its other callbacks: if one is running,
+// the reading goroutine runs OnDrain right after it.
+func (c *Conn) drained() {
+	f := c.opts.OnDrain
+	if f == nil {
+		return
+	}
+	if !c.serving {
+		f(c)
+		return
+	}
+	if !c.cbmu.TryLock() {
+		c.drainPending.Store(true)
+		return
+	}
+	c.callDrain(f)
+	c.cbmu.Unlock()
+}
+
+func (c *Conn) callDrain(f func(*Conn)) {
+	defer c.recoverCallback()
+	f(c)
 }
 
 // endAbnormal ends the connection after a write failure.
@@ -213,7 +244,7 @@ func (c *Conn) tick() {
 			c.lastPing = now
 			c.sendLocked(frame.OpPing, true, nil)
 		}
-		c.wmu.Unlock()
+		c.unlockWrite()
 		next = min(next, p-idle%p)
 	}
 	c.keepalive.Reset(max(next, time.Millisecond))

@@ -80,19 +80,29 @@ type Conn struct {
 	wioErr     error
 	writeFn    func(fd uintptr) bool
 	flushFn    func(fd uintptr) bool
+	corked     int
+	corkBypass bool       // a blocking write goes past the cork (it flushed it first)
+	dones      []doneCall // completions to run once wmu is released
+	drainArmed bool       // a send was queued under backpressure
+	drainDue   bool
+	held       []heldFrame // sends accepted while a Writer streams
 	closeSent  bool
 	closeSeq   uint64
 	closeTimer *time.Timer
 	lastPing   time.Time
 
 	// Close state.
-	peerClosed chan struct{} // closed when the peer's close frame arrives
-	peerCode   uint16
-	peerReason string
-	done       chan struct{} // closed when the connection has ended
-	endOnce    sync.Once
-	final      *CloseError
-	keepalive  *time.Timer
+	peerClosed   chan struct{} // closed when the peer's close frame arrives
+	peerCode     uint16
+	peerReason   string
+	done         chan struct{} // closed when the connection has ended
+	endOnce      sync.Once
+	final        *CloseError
+	keepalive    *time.Timer
+	onClose      []func(*CloseError)
+	cbmu         sync.Mutex // a Server's callbacks of this connection run under it
+	drainPending atomic.Bool
+	batchCorked  bool // a Server's read batch is corked
 }
 
 // newConn starts a connection over nc once the opening handshake is done.

@@ -56,6 +56,25 @@ type ConnOptions struct {
 	// Logger receives what the connection cannot return to a caller (a
 	// recovered panic in a callback). nil means slog.Default().
 	Logger *slog.Logger
+
+	// BufferLimit is how many bytes (payload and framing) may wait in the
+	// send queue before a non-blocking Send applies BufferLimitAction.
+	// 0 means DefaultBufferLimit; negative means no limit. Blocking Write
+	// is not limited: it waits instead.
+	BufferLimit int
+
+	// BufferLimitAction says what a Send past BufferLimit does.
+	BufferLimitAction BufferLimitAction
+
+	// BufferLimitCloseCode is the close code for CloseConnection.
+	// 0 means 1008 (policy violation).
+	BufferLimitCloseCode uint16
+
+	// OnDrain, when set, is called once the send queue has emptied after a
+	// Send returned Queued. It runs on the goroutine that emptied the queue
+	// (for a Server's connection, never at the same time as its other
+	// callbacks).
+	OnDrain func(c *Conn)
 }
 
 // AcceptOptions configure Accept. A nil *AcceptOptions is valid and means
@@ -100,3 +119,21 @@ type DialOptions struct {
 	// a Unix socket, a test pipe).
 	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
+
+// DefaultBufferLimit is how many bytes may wait in a connection's send
+// queue before a non-blocking Send applies the BufferLimitAction.
+const DefaultBufferLimit = 1 << 20
+
+// BufferLimitAction is what a non-blocking Send does when the send queue
+// would grow past ConnOptions.BufferLimit.
+type BufferLimitAction int
+
+const (
+	// DropMessage refuses the new message: Send returns Dropped and the
+	// connection carries on.
+	DropMessage BufferLimitAction = iota
+	// CloseConnection refuses the message and closes the slow peer with
+	// ConnOptions.BufferLimitCloseCode (1008 unless set; 1013 "try again
+	// later" is the other usual choice).
+	CloseConnection
+)

@@ -258,11 +258,20 @@ func (c *Conn) deliverEnd() error {
 func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 	for {
 		if len(c.in) == 0 {
+			if c.batchCorked {
+				// A Server's batch is done: what its callbacks sent leaves now.
+				c.batchCorked = false
+				c.corkEnd()
+			}
 			if err := c.fill(); err != nil {
 				if ctx != nil && ctx.Err() != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 					return event{}, ctx.Err()
 				}
 				return event{}, c.endRead(c.ioEnd(err), false)
+			}
+			if c.serving {
+				c.corkBegin()
+				c.batchCorked = true
 			}
 			continue
 		}
@@ -359,17 +368,15 @@ func (c *Conn) releaseReadBuffer() {
 func (c *Conn) control(ev event) error {
 	switch ev.op {
 	case frame.OpPing:
-		if c.opts.OnPing != nil {
-			if c.callHook(c.opts.OnPing, ev.payload) {
-				return c.rend
-			}
+		if c.opts.OnPing != nil && c.callHook(c.opts.OnPing, ev.payload) {
+			// The hook panicked: a 1011 close is on its way; keep reading
+			// for the peer's answer.
+			return nil
 		}
 		c.sendPong(ev.payload)
 	case frame.OpPong:
 		if c.opts.OnPong != nil {
-			if c.callHook(c.opts.OnPong, ev.payload) {
-				return c.rend
-			}
+			c.callHook(c.opts.OnPong, ev.payload)
 		}
 	case frame.OpClose:
 		code, reason, err := frame.ParseClosePayload(ev.payload)
@@ -393,6 +400,10 @@ func (c *Conn) control(ev event) error {
 // callHook runs a ping or pong hook; a panic in it is recovered and fails
 // the connection with 1011. It reports whether that happened.
 func (c *Conn) callHook(f func(*Conn, []byte), p []byte) (panicked bool) {
+	if c.serving {
+		c.cbmu.Lock()
+		defer c.cbmu.Unlock()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			c.callbackPanicked(v)

@@ -40,6 +40,10 @@ type Server struct {
 	Ping func(c *Conn, p []byte)
 	Pong func(c *Conn, p []byte)
 
+	// Drain is called when the send queue has emptied after a Send
+	// returned Queued: the peer caught up, more may be sent.
+	Drain func(c *Conn)
+
 	// Close is called exactly once, when the connection has ended, with how
 	// it ended (never nil).
 	Close func(c *Conn, err *CloseError)
@@ -58,7 +62,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		data = d
 	}
 	opts := s.Options
-	if s.Ping != nil || s.Pong != nil {
+	if s.Ping != nil || s.Pong != nil || s.Drain != nil {
 		o := AcceptOptions{}
 		if opts != nil {
 			o = *opts
@@ -68,6 +72,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if s.Pong != nil {
 			o.OnPong = s.Pong
+		}
+		if s.Drain != nil {
+			o.OnDrain = s.Drain
 		}
 		opts = &o
 	}
@@ -114,6 +121,10 @@ func (c *Conn) serve(s *Server) {
 		bufpool.Put(c.partial)
 		c.partial = nil
 	}
+	if c.batchCorked {
+		c.batchCorked = false
+		c.corkEnd()
+	}
 	if c.lingering {
 		c.lingering = false
 		c.linger()
@@ -126,19 +137,41 @@ func (c *Conn) serve(s *Server) {
 	}
 }
 
+// The call helpers run one callback under the connection's callback lock
+// (so OnDrain, which may come from another goroutine, never overlaps), and
+// recover a panic in it.
+
 func (c *Conn) callOpen(f func(*Conn)) {
-	defer c.recoverCallback()
+	c.cbmu.Lock()
+	defer c.afterCallback()
 	f(c)
 }
 
 func (c *Conn) callMessage(f func(*Conn, MessageType, []byte), typ MessageType, p []byte) {
-	defer c.recoverCallback()
+	c.cbmu.Lock()
+	defer c.afterCallback()
 	f(c, typ, p)
 }
 
 func (c *Conn) callClose(f func(*Conn, *CloseError), err *CloseError) {
-	defer c.recoverCallback()
+	c.cbmu.Lock()
+	defer c.afterCallback()
 	f(c, err)
+}
+
+// afterCallback recovers a panic, releases the callback lock, and runs an
+// OnDrain that came due meanwhile.
+func (c *Conn) afterCallback() {
+	if v := recover(); v != nil {
+		c.callbackPanicked(v)
+	}
+	c.cbmu.Unlock()
+	if c.drainPending.Load() && c.opts.OnDrain != nil {
+		c.drainPending.Store(false)
+		c.cbmu.Lock()
+		c.callDrain(c.opts.OnDrain)
+		c.cbmu.Unlock()
+	}
 }
 
 func (c *Conn) recoverCallback() {

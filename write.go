@@ -26,6 +26,13 @@ type qframe struct {
 	end  int
 	seq  uint64
 	pong bool
+	done func(error) // the sender's completion, if it asked for one
+}
+
+// doneCall is a completion to run once wmu is released.
+type doneCall struct {
+	f   func(error)
+	err error
 }
 
 // writerBufferSize is how much a streaming Writer gathers before it sends a
@@ -51,22 +58,54 @@ func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
 	if !typ.valid() {
 		return errWriteType
 	}
+	return c.write(ctx, frame.Opcode(typ), true, p, nil, false)
+}
+
+// writeFrame is Write of a frame prebuilt for a server connection.
+func (c *Conn) writeFrame(ctx context.Context, prepared []byte) error {
+	return c.write(ctx, 0, true, nil, prepared, false)
+}
+
+// write is the blocking send of one frame: it waits for the data-message
+// slot if a Writer streams (unless it is that Writer's fragment), flushes a
+// cork first, sends, and waits until the frame has left.
+func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared []byte, streaming bool) error {
 	c.wmu.Lock()
-	if c.writerOpen {
-		c.wmu.Unlock()
+	if c.writerOpen && !streaming {
+		c.unlockWrite()
 		if err := c.takeWriteSlot(ctx); err != nil {
 			return err
 		}
 		defer c.releaseWriteSlot()
 		c.wmu.Lock()
 	}
-	seq, err := c.sendLocked(frame.Opcode(typ), true, p)
+	if c.werr != nil || c.closeSent {
+		err := c.werr
+		if err == nil {
+			err = ErrClosed
+		}
+		c.unlockWrite()
+		return err
+	}
+	if c.corked > 0 && !c.flushing && c.bufferedLocked() > 0 {
+		// A blocking write inside a cork: what was gathered goes first.
+		c.kickLocked()
+	}
+	c.corkBypass = true
+	var seq uint64
+	var err error
+	if prepared != nil {
+		seq, err = c.pushLocked(prepared, nil, false, [4]byte{}, nil)
+	} else {
+		seq, err = c.frameLocked(op, fin, p)
+	}
+	c.corkBypass = false
 	done := err == nil && c.doneSeq >= seq
-	c.wmu.Unlock()
+	c.unlockWrite()
 	if err != nil || done {
 		return err
 	}
-	return c.waitFlushed(ctx, seq, false)
+	return c.waitFlushed(ctx, seq, streaming)
 }
 
 // Ping sends a ping with payload (at most 125 bytes) and returns once it has
@@ -80,7 +119,7 @@ func (c *Conn) Ping(ctx context.Context, payload []byte) error {
 	c.wmu.Lock()
 	seq, err := c.sendLocked(frame.OpPing, true, payload)
 	done := err == nil && c.doneSeq >= seq
-	c.wmu.Unlock()
+	c.unlockWrite()
 	if err != nil || done {
 		return err
 	}
@@ -91,7 +130,7 @@ func (c *Conn) Ping(ctx context.Context, payload []byte) error {
 // for sending that the kernel has not taken yet.
 func (c *Conn) BufferedAmount() int {
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	defer c.unlockWrite()
 	if c.wq == nil {
 		return 0
 	}
@@ -135,56 +174,79 @@ func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte) (uint64, error) 
 		h.Masked = true
 		h.Mask = c.newMask()
 	}
+	hn := frame.Put(c.hdr[:], h)
+	return c.pushLocked(c.hdr[:hn], p, h.Masked, h.Mask, nil)
+}
+
+// pushLocked writes the frame made of hdr and payload (masked with key when
+// masked) at once, or queues what the kernel did not take. done, if not
+// nil, is told when the frame has left or why it never will. The caller
+// holds wmu.
+func (c *Conn) pushLocked(hdr, payload []byte, masked bool, key [4]byte, done func(error)) (uint64, error) {
 	c.seq++
 	seq := c.seq
-	idle := !c.flushing && (c.wq == nil || c.wpos == len(*c.wq))
-	if idle && c.rc != nil && c.server {
+	uncorked := c.corked == 0 || c.corkBypass
+	idle := !c.flushing && uncorked && (c.wq == nil || c.wpos == len(*c.wq))
+	if idle && c.rc != nil && !masked {
 		// Fast path: header and payload in one system call, no copy.
-		hn := frame.Put(c.hdr[:], h)
-		n, err := c.writeNow(c.hdr[:hn], p)
+		n, err := c.writeNow(hdr, payload)
 		if err != nil {
 			c.failWriteLocked(err)
+			if done != nil {
+				c.dones = append(c.dones, doneCall{done, c.werr})
+			}
 			return 0, c.werr
 		}
-		if n == hn+len(p) {
+		if n == len(hdr)+len(payload) {
 			c.doneSeq = seq
+			if done != nil {
+				c.dones = append(c.dones, doneCall{done, nil})
+			}
 			return seq, nil
 		}
 		// The kernel took part of it: keep the rest, let the flusher finish.
-		if n < hn {
-			c.appendQueue(c.hdr[n:hn])
-			c.appendQueue(p)
+		if n < len(hdr) {
+			c.appendQueue(hdr[n:])
+			c.appendQueue(payload)
 		} else {
-			c.appendQueue(p[n-hn:])
+			c.appendQueue(payload[n-len(hdr):])
 		}
-		c.wf = append(c.wf, qframe{end: len(*c.wq), seq: seq})
+		c.wf = append(c.wf, qframe{end: len(*c.wq), seq: seq, done: done})
 		c.wfStart = -n // the frame began before the queue did
 		c.startFlusher()
 		return seq, nil
 	}
-	hn := frame.Put(c.hdr[:], h)
-	c.appendQueue(c.hdr[:hn])
-	if h.Masked {
+	c.appendQueue(hdr)
+	if masked {
 		start := len(*c.wq)
-		c.reserveQueue(len(p))
-		*c.wq = (*c.wq)[:start+len(p)]
-		frame.MaskCopy((*c.wq)[start:], p, h.Mask, 0)
+		c.reserveQueue(len(payload))
+		*c.wq = (*c.wq)[:start+len(payload)]
+		frame.MaskCopy((*c.wq)[start:], payload, key, 0)
 	} else {
-		c.appendQueue(p)
+		c.appendQueue(payload)
 	}
-	c.wf = append(c.wf, qframe{end: len(*c.wq), seq: seq})
-	if !c.flushing {
-		if c.rc != nil {
-			if err := c.flushNowLocked(); err != nil {
-				return 0, c.werr
-			}
-			if c.wq == nil {
-				return seq, nil
-			}
+	c.wf = append(c.wf, qframe{end: len(*c.wq), seq: seq, done: done})
+	if !c.flushing && uncorked {
+		c.kickLocked()
+		if c.werr != nil {
+			return 0, c.werr
 		}
-		c.startFlusher()
 	}
 	return seq, nil
+}
+
+// kickLocked writes what the kernel takes of the queue now and leaves the
+// rest to a flusher.
+func (c *Conn) kickLocked() {
+	if c.rc != nil {
+		if err := c.flushNowLocked(); err != nil {
+			return
+		}
+		if c.wq == nil {
+			return
+		}
+	}
+	c.startFlusher()
 }
 
 // writeNow makes one non-blocking write of a then b. The caller holds wmu
@@ -259,7 +321,7 @@ func (c *Conn) flushLoop() {
 			if err == nil {
 				c.wmu.Lock()
 				err = c.wioErr
-				c.wmu.Unlock()
+				c.unlockWrite()
 			}
 		} else {
 			c.wmu.Lock()
@@ -268,7 +330,7 @@ func (c *Conn) flushLoop() {
 				b = (*c.wq)[c.wpos:]
 				c.wlocked = len(*c.wq)
 			}
-			c.wmu.Unlock()
+			c.unlockWrite()
 			var n int
 			if len(b) > 0 {
 				n, err = c.nc.Write(b)
@@ -276,23 +338,27 @@ func (c *Conn) flushLoop() {
 			c.wmu.Lock()
 			c.wlocked = 0
 			c.advanceLocked(n)
-			c.wmu.Unlock()
+			c.unlockWrite()
 		}
 		c.wmu.Lock()
 		if err != nil {
 			c.flushing = false
 			c.failWriteLocked(err)
-			c.wmu.Unlock()
+			c.unlockWrite()
 			c.endAbnormal(err)
 			return
 		}
 		if c.wq == nil || c.werr != nil {
 			c.flushing = false
 			c.releaseQueueLocked()
-			c.wmu.Unlock()
+			if c.wq == nil && c.drainArmed && c.werr == nil {
+				c.drainArmed = false
+				c.drainDue = true
+			}
+			c.unlockWrite()
 			return
 		}
-		c.wmu.Unlock()
+		c.unlockWrite()
 	}
 }
 
@@ -305,6 +371,10 @@ func (c *Conn) advanceLocked(n int) {
 	for c.wfh < len(c.wf) && c.wf[c.wfh].end <= c.wpos {
 		if s := c.wf[c.wfh].seq; s > c.doneSeq {
 			c.doneSeq = s
+		}
+		if d := c.wf[c.wfh].done; d != nil {
+			c.dones = append(c.dones, doneCall{d, nil})
+			c.wf[c.wfh].done = nil
 		}
 		c.wfStart = c.wf[c.wfh].end
 		c.wfh++
@@ -382,10 +452,49 @@ func (c *Conn) failWriteLocked(err error) {
 	if c.werr == nil {
 		c.werr = fmt.Errorf("rally: write failed: %w", err)
 	}
+	c.abortQueuedLocked(c.werr)
 	if !c.flushing {
 		c.releaseQueueLocked()
 	}
 	c.wakeLocked()
+}
+
+// abortQueuedLocked tells every queued send that asked for a completion
+// that its frame will never leave.
+func (c *Conn) abortQueuedLocked(err error) {
+	for i := c.wfh; i < len(c.wf); i++ {
+		if d := c.wf[i].done; d != nil {
+			c.dones = append(c.dones, doneCall{d, err})
+			c.wf[i].done = nil
+		}
+	}
+	for i := range c.held {
+		if d := c.held[i].done; d != nil {
+			c.dones = append(c.dones, doneCall{d, err})
+		}
+	}
+	c.held = c.held[:0]
+}
+
+// unlockWrite releases wmu, then runs the completions collected under it
+// and the drain notification, if one is due. Every path that can finish
+// frames unlocks through it.
+func (c *Conn) unlockWrite() {
+	if len(c.dones) == 0 && !c.drainDue {
+		c.wmu.Unlock()
+		return
+	}
+	dones := c.dones
+	c.dones = nil
+	drain := c.drainDue
+	c.drainDue = false
+	c.wmu.Unlock()
+	for _, d := range dones {
+		d.f(d.err)
+	}
+	if drain {
+		c.drained()
+	}
 }
 
 // waitFlushed blocks until frame seq has left, the connection failed, or
@@ -395,12 +504,12 @@ func (c *Conn) waitFlushed(ctx context.Context, seq uint64, streaming bool) erro
 	for {
 		c.wmu.Lock()
 		if c.doneSeq >= seq {
-			c.wmu.Unlock()
+			c.unlockWrite()
 			return nil
 		}
 		if c.werr != nil {
 			err := c.werr
-			c.wmu.Unlock()
+			c.unlockWrite()
 			return err
 		}
 		ch := c.progress
@@ -408,7 +517,7 @@ func (c *Conn) waitFlushed(ctx context.Context, seq uint64, streaming bool) erro
 			ch = make(chan struct{})
 			c.progress = ch
 		}
-		c.wmu.Unlock()
+		c.unlockWrite()
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -422,12 +531,12 @@ func (c *Conn) waitFlushed(ctx context.Context, seq uint64, streaming bool) erro
 func (c *Conn) abandon(ctx context.Context, seq uint64, streaming bool) error {
 	c.wmu.Lock()
 	if c.doneSeq >= seq {
-		c.wmu.Unlock()
+		c.unlockWrite()
 		return nil
 	}
 	if c.werr != nil {
 		err := c.werr
-		c.wmu.Unlock()
+		c.unlockWrite()
 		return err
 	}
 	if !streaming {
@@ -436,7 +545,7 @@ func (c *Conn) abandon(ctx context.Context, seq uint64, streaming bool) error {
 			if c.wf[i].seq == seq {
 				if start >= c.wpos && start >= c.wlocked {
 					c.removeFrameLocked(i, start)
-					c.wmu.Unlock()
+					c.unlockWrite()
 					return ctx.Err()
 				}
 				break
@@ -444,7 +553,7 @@ func (c *Conn) abandon(ctx context.Context, seq uint64, streaming bool) error {
 			start = c.wf[i].end
 		}
 	}
-	c.wmu.Unlock()
+	c.unlockWrite()
 	c.endAbnormal(fmt.Errorf("rally: write abandoned mid-frame: %w", ctx.Err()))
 	return fmt.Errorf("rally: write abandoned mid-frame, connection closed: %w", ctx.Err())
 }
@@ -468,7 +577,7 @@ func (c *Conn) removeFrameLocked(i, start int) {
 // against a slow reader cannot grow the queue.
 func (c *Conn) sendPong(payload []byte) {
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	defer c.unlockWrite()
 	if c.werr != nil || c.closeSent {
 		return
 	}
@@ -552,12 +661,12 @@ func (c *Conn) Writer(ctx context.Context, typ MessageType) (io.WriteCloser, err
 		if err == nil {
 			err = ErrClosed
 		}
-		c.wmu.Unlock()
+		c.unlockWrite()
 		c.releaseWriteSlot()
 		return nil, err
 	}
 	c.writerOpen = true
-	c.wmu.Unlock()
+	c.unlockWrite()
 	c.mw.ctx = ctx
 	c.mw.op = frame.Opcode(typ)
 	c.mw.open = true
@@ -610,15 +719,8 @@ func (w *messageWriter) Write(p []byte) (int, error) {
 }
 
 func (w *messageWriter) fragment(p []byte, fin bool) error {
-	c := w.c
-	c.wmu.Lock()
-	seq, err := c.sendLocked(w.op, fin, p)
-	done := err == nil && c.doneSeq >= seq
-	c.wmu.Unlock()
+	err := w.c.write(w.ctx, w.op, fin, p, nil, true)
 	w.op = frame.OpContinuation
-	if err == nil && !done {
-		err = c.waitFlushed(w.ctx, seq, true)
-	}
 	if err != nil {
 		w.err = err
 	}
@@ -645,7 +747,10 @@ func (w *messageWriter) Close() error {
 	c := w.c
 	c.wmu.Lock()
 	c.writerOpen = false
-	c.wmu.Unlock()
+	if c.werr == nil {
+		c.releaseHeldLocked()
+	}
+	c.unlockWrite()
 	c.releaseWriteSlot()
 	return err
 }

@@ -1,0 +1,292 @@
+package rally
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rallyws/rally/frame"
+)
+
+// SendStatus says what became of a non-blocking send.
+type SendStatus int
+
+const (
+	// Sent: the frame was handed to the kernel, or joins a corked batch
+	// that leaves when the cork ends.
+	Sent SendStatus = iota + 1
+	// Queued: the frame was accepted but waits in the send queue because
+	// the peer is not reading fast enough (backpressure). It leaves in
+	// order; BufferedAmount counts it; OnDrain fires once the queue empties.
+	Queued
+	// Dropped: the frame was not accepted (the connection is closing or
+	// closed, the queue is past its limit, or the arguments were invalid).
+	Dropped
+)
+
+// String returns "sent", "queued" or "dropped".
+func (s SendStatus) String() string {
+	switch s {
+	case Sent:
+		return "sent"
+	case Queued:
+		return "queued"
+	case Dropped:
+		return "dropped"
+	}
+	return fmt.Sprintf("SendStatus(%d)", int(s))
+}
+
+// Send sends p as one message of type typ without ever blocking: not on a
+// slow peer, not on a lock held across I/O. It returns at once with what
+// became of the message (see SendStatus); the error is non-nil when it was
+// dropped for an invalid argument (nothing is queued then) or because the
+// connection is closed (ErrClosed). A message dropped by the buffer limit
+// has a nil error. p is not kept or changed after Send returns: what the
+// kernel did not take is copied. Safe for concurrent use, and ordered with
+// Write, Ping and Close.
+func (c *Conn) Send(typ MessageType, p []byte) (SendStatus, error) {
+	return c.send(typ, p, nil)
+}
+
+// SendDone is Send with a completion: unless the message is Dropped, done
+// is called exactly once, with nil when the whole frame has reached the
+// kernel, or with the reason it never will (the connection failed or was
+// closed first). done may run on the caller's goroutine before SendDone
+// returns, or on another; it must not block.
+func (c *Conn) SendDone(typ MessageType, p []byte, done func(err error)) (SendStatus, error) {
+	return c.send(typ, p, done)
+}
+
+func (c *Conn) send(typ MessageType, p []byte, done func(error)) (SendStatus, error) {
+	if !typ.valid() {
+		return Dropped, errWriteType
+	}
+	return c.sendFrame(frame.Opcode(typ), p, nil, done)
+}
+
+// sendFrame is the non-blocking send of one data frame: payload p, or, for
+// a server connection, a frame prebuilt by a PreparedMessage.
+func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(error)) (SendStatus, error) {
+	c.wmu.Lock()
+	if c.werr != nil || c.closeSent {
+		c.unlockWrite()
+		return Dropped, ErrClosed
+	}
+	size := len(prepared)
+	if prepared == nil {
+		size = frameSize(len(p), !c.server)
+	}
+	if waiting := c.bufferedLocked(); waiting > 0 && c.overLimit(waiting+size) {
+		code := c.limitExceededLocked()
+		c.unlockWrite()
+		if code != 0 {
+			c.closeWithCode(code, "send buffer limit exceeded")
+		}
+		return Dropped, nil
+	}
+	if c.writerOpen {
+		c.holdLocked(op, p, prepared, done)
+		c.drainArmed = true
+		c.unlockWrite()
+		return Queued, nil
+	}
+	var seq uint64
+	var err error
+	if prepared != nil {
+		seq, err = c.pushLocked(prepared, nil, false, [4]byte{}, done)
+	} else {
+		seq, err = c.frameDoneLocked(op, true, p, done)
+	}
+	status := Sent
+	switch {
+	case err != nil:
+		status = Dropped
+	case c.doneSeq < seq && c.corked == 0:
+		status = Queued
+		c.drainArmed = true
+	case c.flushing:
+		status = Queued
+		c.drainArmed = true
+	}
+	c.unlockWrite()
+	return status, err
+}
+
+// frameSize is the size on the wire of a frame carrying n payload bytes.
+func frameSize(n int, masked bool) int {
+	h := frame.Header{Length: int64(n), Masked: masked}
+	return h.Size() + n
+}
+
+func (c *Conn) bufferedLocked() int {
+	if c.wq == nil {
+		return 0
+	}
+	return len(*c.wq) - c.wpos
+}
+
+func (c *Conn) overLimit(n int) bool {
+	limit := c.opts.BufferLimit
+	if limit == 0 {
+		limit = DefaultBufferLimit
+	}
+	return limit > 0 && n > limit
+}
+
+// limitExceededLocked applies the buffer-limit policy and returns the close
+// code to send, or 0 to just drop.
+func (c *Conn) limitExceededLocked() uint16 {
+	if c.opts.BufferLimitAction != CloseConnection {
+		return 0
+	}
+	if c.opts.BufferLimitCloseCode != 0 {
+		return c.opts.BufferLimitCloseCode
+	}
+	return frame.ClosePolicyViolation
+}
+
+// closeWithCode starts a close handshake without waiting for it.
+func (c *Conn) closeWithCode(code uint16, reason string) {
+	var buf [2 + frame.MaxCloseReason]byte
+	payload, err := frame.AppendClosePayload(buf[:0], code, []byte(reason))
+	if err == nil {
+		c.sendClose(payload)
+	}
+}
+
+// frameDoneLocked is frameLocked with a completion.
+func (c *Conn) frameDoneLocked(op frame.Opcode, fin bool, p []byte, done func(error)) (uint64, error) {
+	h := frame.Header{Fin: fin, Opcode: op, Length: int64(len(p))}
+	if !c.server {
+		h.Masked = true
+		h.Mask = c.newMask()
+	}
+	hn := frame.Put(c.hdr[:], h)
+	return c.pushLocked(c.hdr[:hn], p, h.Masked, h.Mask, done)
+}
+
+// heldFrame is a whole frame accepted while a Writer streams; it joins the
+// queue when the Writer closes.
+type heldFrame struct {
+	bytes []byte
+	done  func(error)
+}
+
+func (c *Conn) holdLocked(op frame.Opcode, p, prepared []byte, done func(error)) {
+	b := prepared
+	if b == nil {
+		h := frame.Header{Fin: true, Opcode: op, Length: int64(len(p))}
+		if !c.server {
+			h.Masked = true
+			h.Mask = c.newMask()
+		}
+		b = make([]byte, h.Size()+len(p))
+		n := frame.Put(b, h)
+		copy(b[n:], p)
+		if h.Masked {
+			frame.Mask(h.Mask, 0, b[n:])
+		}
+	} else {
+		b = append([]byte(nil), prepared...)
+	}
+	c.held = append(c.held, heldFrame{bytes: b, done: done})
+}
+
+// releaseHeldLocked queues the frames held while a Writer streamed.
+func (c *Conn) releaseHeldLocked() {
+	for i, h := range c.held {
+		c.pushLocked(h.bytes, nil, false, [4]byte{}, h.done)
+		c.held[i] = heldFrame{}
+	}
+	c.held = c.held[:0]
+}
+
+// Cork runs f with this connection's sends gathered: frames sent during f
+// leave together, in one system call where the kernel takes them, when f
+// returns. A blocking Write inside f flushes what was gathered first, so it
+// cannot wait on itself. Corks nest. A Server corks automatically around
+// the callbacks of each batch of frames it reads.
+func (c *Conn) Cork(f func()) {
+	c.corkBegin()
+	defer c.corkEnd()
+	f()
+}
+
+func (c *Conn) corkBegin() {
+	c.wmu.Lock()
+	c.corked++
+	c.wmu.Unlock()
+}
+
+func (c *Conn) corkEnd() {
+	c.wmu.Lock()
+	c.corked--
+	if c.corked == 0 && !c.flushing && c.werr == nil && c.bufferedLocked() > 0 {
+		c.kickLocked()
+		if c.flushing {
+			c.drainArmed = true
+		}
+	}
+	c.unlockWrite()
+}
+
+// OnClose registers f to be called once the connection has ended, with how
+// it ended. If it has already ended, f runs at once. f runs on whichever
+// goroutine ended the connection and must not block; it is how packages
+// built on rally (pubsub) learn that a connection is gone.
+func (c *Conn) OnClose(f func(*CloseError)) {
+	c.wmu.Lock()
+	select {
+	case <-c.done:
+		c.wmu.Unlock()
+		f(c.final)
+		return
+	default:
+	}
+	c.onClose = append(c.onClose, f)
+	c.wmu.Unlock()
+}
+
+// PreparedMessage is a message framed once and sent to many connections
+// (a broadcast, a pub/sub delivery): server connections send its bytes as
+// they are, without framing or copying them again. It is immutable and safe
+// for concurrent use.
+type PreparedMessage struct {
+	typ     MessageType
+	frame   []byte // header and payload as a server sends them
+	payload []byte // a slice of frame
+}
+
+// NewPreparedMessage frames a copy of p as a message of type typ.
+func NewPreparedMessage(typ MessageType, p []byte) (*PreparedMessage, error) {
+	if !typ.valid() {
+		return nil, errWriteType
+	}
+	h := frame.Header{Fin: true, Opcode: frame.Opcode(typ), Length: int64(len(p))}
+	b := make([]byte, h.Size()+len(p))
+	n := frame.Put(b, h)
+	copy(b[n:], p)
+	return &PreparedMessage{typ: typ, frame: b, payload: b[n:]}, nil
+}
+
+// Type returns the message's type.
+func (pm *PreparedMessage) Type() MessageType { return pm.typ }
+
+// Payload returns the message's payload. It must not be modified.
+func (pm *PreparedMessage) Payload() []byte { return pm.payload }
+
+// SendPrepared is Send for a prepared message.
+func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
+	if c.server {
+		return c.sendFrame(frame.Opcode(pm.typ), nil, pm.frame, nil)
+	}
+	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil)
+}
+
+// WritePrepared is Write for a prepared message.
+func (c *Conn) WritePrepared(ctx context.Context, pm *PreparedMessage) error {
+	if !c.server {
+		return c.Write(ctx, pm.typ, pm.payload)
+	}
+	return c.writeFrame(ctx, pm.frame)
+}
