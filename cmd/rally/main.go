@@ -1,6 +1,7 @@
 // Command rally is the WebSocket toolbox built on the rally library:
 //
 //	rally serve    run the WebSocket server (echo today; pub/sub to come)
+//	rally bench    load-test any WebSocket server
 //
 // Run `rally COMMAND --help` for the flags of each.
 package main
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rallyws/rally/loadgen"
 	"github.com/rallyws/rally/server"
 )
 
@@ -22,6 +24,7 @@ const usage = `rally: the WebSocket toolbox
 
 Usage:
   rally serve [flags]          run the WebSocket server (echo at /echo)
+  rally bench SCENARIO URL     load-test a WebSocket server (echo, chat, throughput, connect, idle)
 
 Run 'rally COMMAND --help' for the flags of a command.
 `
@@ -38,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
+	case "bench":
+		return loadgen.Main(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
