@@ -34,8 +34,9 @@ type expect struct {
 
 	// closeInfo: the close behaviour is recorded, not judged.
 	closeInfo bool
-	// limitOK: the peer may close with 1009 (message too big) instead of
-	// answering; both sides of the verdict are then INFORMATIONAL.
+	// limitOK: the peer may close with 1009 (message too big) or 1008 (a
+	// policy limit such as the number of fragments) instead of answering;
+	// both sides of the verdict are then INFORMATIONAL.
 	limitOK bool
 	// wait replaces Options.Timeout for the observations.
 	wait time.Duration
@@ -140,7 +141,7 @@ func (s *session) conclude(e expect) {
 		r.Behavior = Failed
 		r.BehaviorNotes = append(r.BehaviorNotes, fmt.Sprintf("connection not failed within %v", wait))
 	}
-	limited := e.limitOK && s.peerClose != nil && s.res.Close.PeerInitiated && s.res.Close.ReceivedCode == 1009
+	limited := e.limitOK && s.peerClose != nil && s.res.Close.PeerInitiated && isLimitCode(s.res.Close.ReceivedCode)
 
 	// The close handshake.
 	if !s.closeSent && !s.ended {
@@ -180,7 +181,7 @@ func (s *session) conclude(e expect) {
 	}
 	if limited {
 		r.Behavior, r.CloseBehavior = Informational, Informational
-		r.BehaviorNotes = append(r.BehaviorNotes, "the peer refused the message as too big (1009): its configured limit")
+		r.BehaviorNotes = append(r.BehaviorNotes, fmt.Sprintf("the peer refused the message with %d: a configured limit", s.res.Close.ReceivedCode))
 	}
 	r.Verdict = worse(r.Behavior, r.CloseBehavior)
 }
@@ -228,7 +229,7 @@ func (s *session) judgeClose(e expect, failedConn bool) (Verdict, []string) {
 			return Failed, []string{"peer dropped TCP without a close frame (1006)"}
 		case s.peerClose == nil:
 			return Failed, []string{fmt.Sprintf("no close frame within %v of ours", s.opts.CloseTimeout)}
-		case c.PeerInitiated && !(e.limitOK && c.ReceivedCode == 1009):
+		case c.PeerInitiated && !(e.limitOK && isLimitCode(c.ReceivedCode)):
 			return Failed, []string{"peer closed the connection unprompted with " + got()}
 		case !slices.Contains(codes, uint16(c.ReceivedCode)):
 			return Failed, []string{fmt.Sprintf("close reply with %s, want %v", got(), codes)}
@@ -239,3 +240,7 @@ func (s *session) judgeClose(e expect, failedConn bool) (Verdict, []string) {
 	}
 	return OK, notes
 }
+
+// isLimitCode reports whether a close code names a limit of the peer: 1009
+// (message too big) or 1008 (policy, e.g. too many fragments).
+func isLimitCode(code int) bool { return code == 1008 || code == 1009 }

@@ -9,6 +9,10 @@ import (
 	"strings"
 )
 
+// htmlTraceEntries is how much of each trace the page shows; the case's
+// JSON file has the rest.
+const htmlTraceEntries = 40
+
 // indexEntry is one case's line in index.json.
 type indexEntry struct {
 	ID            string  `json:"id"`
@@ -106,6 +110,7 @@ func sections(results []Result) []section {
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"cls": func(v Verdict) string { return strings.ToLower(strings.ReplaceAll(string(v), "-", "")) },
+	"head": func(t []TraceEntry) []TraceEntry { return t[:min(len(t), htmlTraceEntries)] },
 	"json": func(v any) string {
 		b, _ := json.Marshal(v)
 		return string(b)
@@ -146,8 +151,8 @@ table { border-collapse: collapse; margin: .3em 0; } td, th { border: 1px solid 
 <tr><th>Duration</th><td>{{printf "%.1f" .DurationMS}} ms</td></tr>
 </table>
 <table><tr><th>ms</th><th>wire</th><th>bytes</th><th>hex</th></tr>
-{{range .Trace}}<tr><td>{{printf "%.2f" .AtMS}}</td><td>{{.Dir}}</td><td>{{.Len}}</td><td class="hex">{{.Hex}}</td></tr>
-{{end}}{{if .TraceOmitted}}<tr><td colspan="4">… {{.TraceOmitted}} more entries left out</td></tr>{{end}}</table>
+{{range head .Trace}}<tr><td>{{printf "%.2f" .AtMS}}</td><td>{{.Dir}}</td><td>{{.Len}}</td><td class="hex">{{.Hex}}</td></tr>
+{{end}}{{if or .TraceOmitted (gt (len .Trace) 40)}}<tr><td colspan="4">… the rest is in cases/{{.ID}}.json</td></tr>{{end}}</table>
 </details>
 {{end}}
 <script>
