@@ -109,7 +109,7 @@ func sections(results []Result) []section {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"cls": func(v Verdict) string { return strings.ToLower(strings.ReplaceAll(string(v), "-", "")) },
+	"cls":  func(v Verdict) string { return strings.ToLower(strings.ReplaceAll(string(v), "-", "")) },
 	"head": func(t []TraceEntry) []TraceEntry { return t[:min(len(t), htmlTraceEntries)] },
 	"json": func(v any) string {
 		b, _ := json.Marshal(v)
