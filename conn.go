@@ -82,6 +82,8 @@ type Conn struct {
 	flushFn    func(fd uintptr) bool
 	corked     int
 	corkBypass bool       // a blocking write goes past the cork (it flushed it first)
+	corkPeers  []*Conn    // connections that joined this one's cork (JoinCork)
+	corkOwner  *Conn      // the connection whose cork this one joined
 	dones      []doneCall // completions to run once wmu is released
 	drainArmed bool       // a send was queued under backpressure
 	drainDue   bool

@@ -221,13 +221,66 @@ func (c *Conn) corkBegin() {
 func (c *Conn) corkEnd() {
 	c.wmu.Lock()
 	c.corked--
-	if c.corked == 0 && !c.flushing && c.werr == nil && c.bufferedLocked() > 0 {
-		c.kickLocked()
-		if c.flushing {
-			c.drainArmed = true
+	var peers []*Conn
+	if c.corked == 0 {
+		peers = c.corkPeers
+		c.corkPeers = nil
+		if !c.flushing && c.werr == nil && c.bufferedLocked() > 0 {
+			c.kickLocked()
+			if c.flushing {
+				c.drainArmed = true
+			}
 		}
 	}
 	c.unlockWrite()
+	for _, p := range peers {
+		p.leaveCork()
+	}
+}
+
+// JoinCork corks c until origin's current cork ends, if origin is corked
+// right now (as it is inside its Server callbacks), and reports whether it
+// did. A batch of messages that origin's callbacks send to many connections
+// (a pub/sub publish) then reaches each of them in one write instead of one
+// write per message. c stays writable: a blocking Write on c flushes first.
+func (c *Conn) JoinCork(origin *Conn) bool {
+	if origin == nil || origin == c {
+		return false
+	}
+	origin.wmu.Lock()
+	corked := origin.corked > 0
+	origin.wmu.Unlock()
+	if !corked {
+		return false
+	}
+	c.wmu.Lock()
+	if c.corkOwner != nil || c.werr != nil {
+		// Already held by a batch (this one or another): it flushes when
+		// that batch ends.
+		joined := c.corkOwner != nil
+		c.unlockWrite()
+		return joined
+	}
+	c.corkOwner = origin
+	c.corked++
+	c.unlockWrite()
+	origin.wmu.Lock()
+	if origin.corked == 0 {
+		origin.wmu.Unlock()
+		c.leaveCork()
+		return false
+	}
+	origin.corkPeers = append(origin.corkPeers, c)
+	origin.wmu.Unlock()
+	return true
+}
+
+// leaveCork ends the cork JoinCork took.
+func (c *Conn) leaveCork() {
+	c.wmu.Lock()
+	c.corkOwner = nil
+	c.unlockWrite()
+	c.corkEnd()
 }
 
 // OnClose registers f to be called once the connection has ended, with how
