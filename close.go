@@ -154,11 +154,11 @@ func (c *Conn) finish(ce *CloseError) {
 		if c.closeTimer != nil {
 			c.closeTimer.Stop()
 		}
-		c.unlockWrite()
-		c.nc.Close()
 		if c.keepalive != nil {
 			c.keepalive.Stop()
 		}
+		c.unlockWrite()
+		c.nc.Close()
 		close(c.done)
 		for _, f := range fns {
 			f(ce)
@@ -216,7 +216,9 @@ func (c *Conn) startKeepalive() {
 		return
 	}
 	c.lastRead.Store(time.Now().UnixNano())
+	c.wmu.Lock()
 	c.keepalive = time.AfterFunc(period, c.tick)
+	c.wmu.Unlock()
 }
 
 // tick pings a quiet peer and closes an idle one with 1001.
@@ -238,14 +240,14 @@ func (c *Conn) tick() {
 	if c.opts.IdleTimeout > 0 {
 		next = c.opts.IdleTimeout - idle
 	}
+	c.wmu.Lock()
 	if p := c.opts.PingInterval; p > 0 {
-		c.wmu.Lock()
 		if idle >= p && now.Sub(c.lastPing) >= p {
 			c.lastPing = now
 			c.sendLocked(frame.OpPing, true, nil)
 		}
-		c.unlockWrite()
 		next = min(next, p-idle%p)
 	}
 	c.keepalive.Reset(max(next, time.Millisecond))
+	c.unlockWrite()
 }
