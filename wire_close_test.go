@@ -378,6 +378,24 @@ func TestIdleTimeoutClosesAQuietPeerWith1001(t *testing.T) {
 	}
 }
 
+func TestPingIntervalPingsAQuietPeer(t *testing.T) {
+	t.Run("Server", func(t *testing.T) {
+		_, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{PingInterval: 20 * time.Millisecond}})
+		for range 2 {
+			wantWire(t, p, "89 00")
+		}
+	})
+	t.Run("Client", func(t *testing.T) {
+		_, p := dialRaw(t, &rally.DialOptions{ConnOptions: rally.ConnOptions{PingInterval: 20 * time.Millisecond}})
+		for range 2 {
+			f, raw := readRaw(t, p)
+			if f.Opcode != rawpeer.OpPing || !f.Masked || len(f.Payload) != 0 {
+				t.Fatalf("frame %s, want a masked empty ping", raw)
+			}
+		}
+	})
+}
+
 func TestPingIntervalKeepsALivePeerOpenPastTheIdleTimeout(t *testing.T) {
 	rec := newRecorder()
 	s := &rally.Server{
