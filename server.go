@@ -47,12 +47,21 @@ type Server struct {
 	// Close is called exactly once, when the connection has ended, with how
 	// it ended (never nil).
 	Close func(c *Conn, err *CloseError)
+
+	set connSet
 }
 
 // ServeHTTP upgrades the request and serves the connection until it ends.
 // The handshake failing is answered on w (see Accept) and logged at debug
 // level.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.set.mu.Lock()
+	closing := s.set.closing
+	s.set.mu.Unlock()
+	if closing {
+		refuseShuttingDown(w)
+		return
+	}
 	var data any
 	if s.Upgrade != nil {
 		d, ok := s.Upgrade(w, r)
@@ -84,6 +93,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.data = data
 	c.serving = true
+	if !s.set.add(c) {
+		// Shutdown began during the handshake.
+		c.closeWithCode(CloseGoingAway, "server shutting down")
+	}
 	go c.serve(s)
 }
 
@@ -135,6 +148,7 @@ func (c *Conn) serve(s *Server) {
 	if s.Close != nil {
 		c.callClose(s.Close, c.final)
 	}
+	s.set.remove(c)
 }
 
 // The call helpers run one callback under the connection's callback lock

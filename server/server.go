@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/rallyws/rally"
@@ -35,12 +34,10 @@ type Config struct {
 
 // Server serves the endpoints of `rally serve`.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	mux   *http.ServeMux
-	mu    sync.Mutex
-	conns map[*rally.Conn]struct{}
-	wg    sync.WaitGroup
+	cfg  Config
+	log  *slog.Logger
+	mux  *http.ServeMux
+	echo *rally.Server
 }
 
 // New returns a server for cfg with defaults filled in.
@@ -63,7 +60,7 @@ func New(cfg Config) *Server {
 	case cfg.IdleTimeout < 0:
 		cfg.IdleTimeout = 0
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, conns: make(map[*rally.Conn]struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -78,35 +75,15 @@ func New(cfg Config) *Server {
 		// page may use it.
 		InsecureSkipOriginCheck: true,
 	}
+	s.echo = &rally.Server{Options: opts, Message: echo}
 	s.mux = http.NewServeMux()
-	s.mux.Handle("GET /echo", &rally.Server{
-		Options: opts,
-		Open:    s.track,
-		Message: echo,
-		Close:   s.untrack,
-	})
+	s.mux.Handle("GET /echo", s.echo)
 	return s
 }
 
 // echo sends every message back with its own frame type.
 func echo(c *rally.Conn, typ rally.MessageType, p []byte) {
 	c.Write(context.Background(), typ, p)
-}
-
-func (s *Server) track(c *rally.Conn) {
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-}
-
-func (s *Server) untrack(c *rally.Conn, _ *rally.CloseError) {
-	s.mu.Lock()
-	if _, ok := s.conns[c]; ok {
-		delete(s.conns, c)
-		s.wg.Done()
-	}
-	s.mu.Unlock()
 }
 
 // Handler returns the server's HTTP handler (all endpoints).
@@ -131,38 +108,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	// Stop accepting; hijacked WebSockets are not net/http's any more.
+	// Stop accepting; hijacked WebSockets are not net/http's any more, so
+	// they get their 1001 from the WebSocket server.
 	hs.Shutdown(sctx)
-	s.goingAway(sctx)
+	s.echo.Shutdown(sctx)
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
-}
-
-// goingAway closes every open WebSocket with 1001 and waits for them until
-// ctx ends, then cuts the rest.
-func (s *Server) goingAway(ctx context.Context) {
-	s.mu.Lock()
-	open := make([]*rally.Conn, 0, len(s.conns))
-	for c := range s.conns {
-		open = append(open, c)
-	}
-	s.mu.Unlock()
-	for _, c := range open {
-		c.Close(rally.CloseGoingAway, "server shutting down")
-	}
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	for _, c := range open {
-		c.CloseNow()
-	}
-	<-done
 }
 
 // ListenAndServe listens on the configured address, prints the URLs it
