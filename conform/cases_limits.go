@@ -184,6 +184,3 @@ func (t *caseTable) misc() {
 			s.conclude(echoes(message(rawpeer.OpText, p)))
 		})
 }
-
-// deflate adds sections 12 and 13 (permessage-deflate).
-func (t *caseTable) deflate() {}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
@@ -24,8 +25,20 @@ type Case struct {
 	// Expectation says what the peer must do.
 	Expectation string
 
-	optIn bool // only run when selected by name (sections 12 and 13)
+	optIn bool     // only run when selected by name (sections 12 and 13)
+	pmd   *pmdCase // permessage-deflate negotiation, for sections 12 and 13
 	run   func(s *session)
+}
+
+// pmdCase says how a case negotiates permessage-deflate.
+type pmdCase struct {
+	// offer is the suite's Sec-WebSocket-Extensions offer to a server.
+	offer string
+	// respond answers a client's first valid offer (RFC 7692 5.1).
+	respond func(offer extension) string
+	// mayRefuse: the offer holds one that must be declined; a server that
+	// refuses the whole handshake instead is NON-STRICT.
+	mayRefuse bool
 }
 
 func (c Case) result() Result {
@@ -34,21 +47,34 @@ func (c Case) result() Result {
 
 // runCase plays c over an open connection and returns its result. client
 // says whether the suite is the client side of p.
-func runCase(c Case, p *rawpeer.Peer, client bool, o *Options) Result {
+func runCase(c Case, p *rawpeer.Peer, client bool, o *Options, pmd *codec, ext string) Result {
 	res := c.result()
-	s := newSession(p, client, o, &res)
+	s := newSession(p, client, o, &res, pmd)
+	if ext != "" {
+		res.Info = map[string]any{"extension": ext}
+	}
 	c.run(s)
 	s.finish()
 	return res
 }
 
-func handshakeFailed(c Case, err error) Result {
+// unrun is the result of a case that could not run: v with note.
+func unrun(c Case, v Verdict, note string) Result {
 	res := c.result()
-	res.Verdict, res.Behavior, res.CloseBehavior = Failed, Failed, Failed
-	res.BehaviorNotes = []string{"opening handshake failed: " + err.Error()}
+	res.Verdict, res.Behavior, res.CloseBehavior = v, v, v
+	res.BehaviorNotes = []string{note}
 	res.Observed = []string{}
 	res.Close = CloseRecord{SentCode: -1, ReceivedCode: -1}
 	return res
+}
+
+const declined = "the peer did not negotiate permessage-deflate"
+
+// closeNow ends a connection on which no case runs: close 1000, then TCP.
+func closeNow(p *rawpeer.Peer, o *Options) {
+	p.SetTimeout(o.CloseTimeout)
+	p.WriteFrame(rawpeer.Close(1000, ""))
+	p.Close()
 }
 
 func progress(o *Options, r Result) {
@@ -82,17 +108,46 @@ func RunServer(ctx context.Context, rawURL string, opts *Options) (*Report, erro
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		var res Result
-		p, _, err := rawpeer.DialClient(addr, target, nil, o.Timeout)
-		if err != nil {
-			res = handshakeFailed(c, err)
-		} else {
-			res = runCase(c, p, true, o)
-		}
+		res := serverCase(c, addr, target, o)
 		rep.Results = append(rep.Results, res)
 		progress(o, res)
 	}
 	return rep, nil
+}
+
+// serverCase runs c against the server at addr.
+func serverCase(c Case, addr, target string, o *Options) Result {
+	var header http.Header
+	var offers []extension
+	if c.pmd != nil {
+		header = http.Header{}
+		header.Set("Sec-WebSocket-Extensions", c.pmd.offer)
+		offers = parseExtensions(header)
+	}
+	p, resp, err := rawpeer.DialClient(addr, target, header, o.Timeout)
+	if err != nil && c.pmd != nil && c.pmd.mayRefuse && resp != nil && resp.StatusCode >= 400 {
+		return unrun(c, NonStrict, fmt.Sprintf("refused the handshake (%s) instead of declining the offer it cannot accept and taking the next (RFC 7692 5.1)", resp.Status))
+	}
+	if err != nil {
+		return unrun(c, Failed, "opening handshake failed: "+err.Error())
+	}
+	if c.pmd == nil {
+		if exts := parseExtensions(resp.Header); len(exts) > 0 {
+			p.Close()
+			return unrun(c, Failed, fmt.Sprintf("server accepted extensions %v that were not offered (RFC 6455 9.1)", exts))
+		}
+		return runCase(c, p, true, o, nil, "")
+	}
+	params, ext, ok, err := checkPMDResponse(resp.Header, offers)
+	switch {
+	case err != nil:
+		p.Close()
+		return unrun(c, Failed, "permessage-deflate negotiation: "+err.Error())
+	case !ok:
+		closeNow(p, o)
+		return unrun(c, Unimplemented, declined)
+	}
+	return runCase(c, p, true, o, newCodec(params, true), ext)
 }
 
 // ServeClients tests WebSocket clients as the classic suite's fuzzing
@@ -155,8 +210,11 @@ func ServeClients(ctx context.Context, ln net.Listener, opts *Options) (*Report,
 // serveOne answers one fuzzing-server connection and reports whether the
 // run is over (/updateReports).
 func serveOne(nc net.Conn, o *Options, cases []Case, results []*Result, agent func(string)) bool {
-	p, r, err := rawpeer.AcceptServer(nc, nil, o.Timeout)
+	p := rawpeer.NewPeer(nc, false)
+	p.SetTimeout(o.Timeout)
+	r, err := p.ReadRequest()
 	if err != nil {
+		p.Close()
 		return false
 	}
 	q := r.URL.Query()
@@ -165,19 +223,27 @@ func serveOne(nc net.Conn, o *Options, cases []Case, results []*Result, agent fu
 		n, err := strconv.Atoi(q.Get("case"))
 		return n - 1, err == nil && n >= 1 && n <= len(cases)
 	}
-	switch r.URL.Path {
-	case "/getCaseCount":
-		answerAndClose(p, o, strconv.Itoa(len(cases)))
-	case "/runCase":
+	if r.URL.Path == "/runCase" {
 		i, ok := caseIndex()
 		if !ok {
-			p.WriteFrame(rawpeer.Close(1008, "no such case"))
+			if p.Accept(r, nil) == nil {
+				p.WriteFrame(rawpeer.Close(1008, "no such case"))
+			}
 			p.Close()
 			return false
 		}
-		res := runCase(cases[i], p, false, o)
+		res := clientCase(cases[i], p, r, o)
 		results[i] = &res
 		progress(o, res)
+		return false
+	}
+	if err := p.Accept(r, nil); err != nil {
+		p.Close()
+		return false
+	}
+	switch r.URL.Path {
+	case "/getCaseCount":
+		answerAndClose(p, o, strconv.Itoa(len(cases)))
 	case "/getCaseInfo":
 		i, ok := caseIndex()
 		if !ok {
@@ -202,6 +268,38 @@ func serveOne(nc net.Conn, o *Options, cases []Case, results []*Result, agent fu
 		p.Close()
 	}
 	return false
+}
+
+// clientCase answers the handshake of a client that asked for c and runs
+// c, negotiating permessage-deflate when c needs it.
+func clientCase(c Case, p *rawpeer.Peer, r *http.Request, o *Options) Result {
+	if c.pmd == nil {
+		if err := p.Accept(r, nil); err != nil {
+			p.Close()
+			return unrun(c, Failed, "opening handshake failed: "+err.Error())
+		}
+		return runCase(c, p, false, o, nil, "")
+	}
+	offer, _, ok := firstPMDOffer(r.Header)
+	if !ok {
+		if err := p.Accept(r, nil); err == nil {
+			closeNow(p, o)
+		}
+		p.Close()
+		return unrun(c, Unimplemented, declined)
+	}
+	answer := c.pmd.respond(offer)
+	h := http.Header{}
+	h.Set("Sec-WebSocket-Extensions", answer)
+	params, err := checkPMD(parseExtensions(h)[0], false)
+	if err != nil {
+		panic("conform: case " + c.ID + " answers an invalid permessage-deflate response: " + err.Error())
+	}
+	if err := p.Accept(r, h); err != nil {
+		p.Close()
+		return unrun(c, Failed, "opening handshake failed: "+err.Error())
+	}
+	return runCase(c, p, false, o, newCodec(params, false), answer)
 }
 
 // answerAndClose sends text (if any), closes with 1000, waits (bounded)

@@ -81,6 +81,8 @@ type session struct {
 	inMsg      bool
 	msgOp      byte
 	msgBuf     []byte
+	pmd        *codec // permessage-deflate, when negotiated
+	compressed bool   // the message being received has RSV1 set
 	peerClose  *rawpeer.Frame
 	closeSent  bool
 	ended      bool
@@ -89,9 +91,9 @@ type session struct {
 	writeErr   error
 }
 
-func newSession(p *rawpeer.Peer, client bool, opts *Options, res *Result) *session {
+func newSession(p *rawpeer.Peer, client bool, opts *Options, res *Result, pmd *codec) *session {
 	s := &session{
-		peer: p, client: client, opts: opts, res: res, start: time.Now(),
+		peer: p, client: client, opts: opts, res: res, start: time.Now(), pmd: pmd,
 		notify: make(chan struct{}, 1), readerDone: make(chan struct{}),
 	}
 	res.Close = CloseRecord{SentCode: -1, ReceivedCode: -1}
@@ -192,8 +194,12 @@ func (s *session) process(ev event) {
 	if !s.client && !f.Masked {
 		s.violate("client sent an unmasked frame (RFC 6455 5.1)")
 	}
-	if f.Rsv != 0 {
-		s.violate("frame with reserved bits %#x and no extension negotiated (RFC 6455 5.2)", f.Rsv)
+	rsv := f.Rsv
+	if s.pmd != nil && rsv == rawpeer.Rsv1 && (f.Opcode == rawpeer.OpText || f.Opcode == rawpeer.OpBinary) {
+		rsv = 0 // RFC 7692 6: RSV1 marks the first frame of a compressed message
+	}
+	if rsv != 0 {
+		s.violate("frame with opcode %#x and reserved bits %#x not negotiated (RFC 6455 5.2, RFC 7692 6)", f.Opcode, f.Rsv)
 	}
 	switch f.Opcode {
 	case rawpeer.OpPing, rawpeer.OpPong, rawpeer.OpClose:
@@ -229,6 +235,7 @@ func (s *session) process(ev event) {
 			s.violate("new data frame inside a fragmented message (RFC 6455 5.4)")
 		}
 		s.inMsg, s.msgOp, s.msgBuf = true, f.Opcode, append([]byte(nil), f.Payload...)
+		s.compressed = s.pmd != nil && f.Rsv&rawpeer.Rsv1 != 0
 		s.endFragment(f.Fin)
 	case rawpeer.OpContinuation:
 		if !s.inMsg {
@@ -245,6 +252,13 @@ func (s *session) process(ev event) {
 func (s *session) endFragment(fin bool) {
 	if !fin {
 		return
+	}
+	if s.compressed {
+		p, err := s.pmd.inflate(s.msgBuf)
+		if err != nil {
+			s.violate("compressed message does not inflate: %v (RFC 7692 7.2.2)", err)
+		}
+		s.msgBuf = p
 	}
 	if s.msgOp == rawpeer.OpText && !rawpeer.ValidUTF8(s.msgBuf) {
 		s.violate("text message that is not valid UTF-8 (RFC 6455 8.1)")
