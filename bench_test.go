@@ -238,8 +238,11 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 			runtime.GC()
 		}
 		runtime.ReadMemStats(&after)
-		used := (after.HeapInuse + after.StackInuse) - (before.HeapInuse + before.StackInuse)
-		b.ReportMetric(float64(used)/n, "bytes/conn")
+		heap := after.HeapInuse - before.HeapInuse
+		stack := after.StackInuse - before.StackInuse
+		b.ReportMetric(float64(heap+stack)/n, "bytes/conn")
+		b.ReportMetric(float64(heap)/n, "heap-bytes/conn")
+		b.ReportMetric(float64(stack)/n, "stack-bytes/conn")
 		for i, c := range conns {
 			c.CloseNow()
 			syscall.Close(peers[i])

@@ -41,8 +41,8 @@ type Conn struct {
 	readFn   func(fd uintptr) bool
 	rdone    bool // the read side has ended and its error was delivered
 	rend     *CloseError
-	msgr     messageReader
-	lastRead atomic.Int64 // unix nanoseconds of the last bytes in, for keepalive
+	msgr     *messageReader // made by the first Reader
+	lastRead atomic.Int64   // unix nanoseconds of the last bytes in, for keepalive
 
 	partial     *[]byte // a message being gathered across reads
 	partialType MessageType
@@ -73,7 +73,7 @@ type Conn struct {
 	progress   chan struct{}
 	writerOpen bool
 	wslot      chan struct{}
-	mw         messageWriter
+	mw         *messageWriter // made by the first Writer
 	iov        [2]syscall.Iovec
 	wa, wb     []byte
 	wn         int
@@ -94,7 +94,6 @@ type Conn struct {
 	lastPing   time.Time
 
 	// Close state.
-	peerClosed   chan struct{} // closed when the peer's close frame arrives
 	peerCode     uint16
 	peerReason   string
 	done         chan struct{} // closed when the connection has ended
@@ -119,8 +118,6 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 		server:      server,
 		subprotocol: subprotocol,
 		rsem:        make(chan struct{}, 1),
-		wslot:       make(chan struct{}, 1),
-		peerClosed:  make(chan struct{}),
 		done:        make(chan struct{}),
 		in:          buffered,
 	}
@@ -147,14 +144,9 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	case c.opts.MaxFragments < 0:
 		c.p.maxFragments = 0
 	}
-	c.msgr.c = c
-	c.interruptFn = c.interruptRead
-	c.unwatchFn = c.unwatch
-	c.mw.c = c
 	if c.rc != nil {
 		c.readFn = c.rawRead
 		c.writeFn = c.rawWrite
-		c.flushFn = c.rawFlush
 	}
 	c.startKeepalive()
 	return c

@@ -50,7 +50,7 @@ type parser struct {
 	msgFirst  bool // the next data event is the message's first
 	utf8      frame.UTF8
 
-	ctl  [frame.MaxControlPayload]byte // a control payload split across inputs
+	ctl  *[frame.MaxControlPayload]byte // a control payload split across inputs (made when first needed)
 	ctlN int
 
 	closed bool // a close frame arrived: RFC 6455 5.5.1, nothing after it counts
@@ -200,6 +200,9 @@ func (p *parser) controlPayload(b []byte, n int) (event, int, error) {
 		pl := b[n : n+int(p.remaining)]
 		n += int(p.remaining)
 		return p.finishControl(pl, n)
+	}
+	if p.ctl == nil {
+		p.ctl = new([frame.MaxControlPayload]byte)
 	}
 	k := copy(p.ctl[p.ctlN:p.h.Length], b[n:])
 	p.ctlN += k

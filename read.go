@@ -117,7 +117,7 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 	if c.partial != nil {
 		// A message was half gathered by a Read whose context ended: hand
 		// out what arrived, then the rest.
-		r := &c.msgr
+		r := c.reader()
 		r.ctx, r.active, r.fin = ctx, true, false
 		r.held = c.partial
 		r.chunk = *c.partial
@@ -128,9 +128,16 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	r := &c.msgr
+	r := c.reader()
 	r.ctx, r.active, r.chunk, r.fin = ctx, true, ev.payload, ev.fin
 	return MessageType(ev.op), r, nil
+}
+
+func (c *Conn) reader() *messageReader {
+	if c.msgr == nil {
+		c.msgr = &messageReader{c: c}
+	}
+	return c.msgr
 }
 
 // messageReader streams one message. Its chunk aliases the connection's
@@ -197,8 +204,8 @@ func (r *messageReader) finish() {
 
 // skipReader discards what a previous Reader left of its message.
 func (c *Conn) skipReader(ctx context.Context) error {
-	r := &c.msgr
-	for r.active {
+	r := c.msgr
+	for r != nil && r.active {
 		if r.fin {
 			r.finish()
 			return nil
@@ -384,7 +391,6 @@ func (c *Conn) control(ev event) error {
 			return c.violated(err)
 		}
 		c.peerCode, c.peerReason = code, string(reason)
-		close(c.peerClosed)
 		if code == frame.CloseNoStatus {
 			c.sendClose(nil)
 		} else {
@@ -465,6 +471,10 @@ func (c *Conn) watch(ctx context.Context) func() bool {
 	c.dmu.Lock()
 	c.dactive = true
 	c.dmu.Unlock()
+	if c.interruptFn == nil {
+		c.interruptFn = c.interruptRead
+		c.unwatchFn = c.unwatch
+	}
 	stop := context.AfterFunc(ctx, c.interruptFn)
 	c.stopWatch = stop
 	return c.unwatchFn

@@ -55,10 +55,7 @@ type Server struct {
 // The handshake failing is answered on w (see Accept) and logged at debug
 // level.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.set.mu.Lock()
-	closing := s.set.closing
-	s.set.mu.Unlock()
-	if closing {
+	if !s.set.begin() {
 		refuseShuttingDown(w)
 		return
 	}
@@ -66,6 +63,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.Upgrade != nil {
 		d, ok := s.Upgrade(w, r)
 		if !ok {
+			s.set.commit(nil)
 			return
 		}
 		data = d
@@ -89,11 +87,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := Accept(w, r, opts)
 	if err != nil {
+		s.set.commit(nil)
 		return
 	}
 	c.data = data
 	c.serving = true
-	if !s.set.add(c) {
+	if !s.set.commit(c) {
 		// Shutdown began during the handshake.
 		c.closeWithCode(CloseGoingAway, "server shutting down")
 	}

@@ -7,33 +7,52 @@ import (
 	"sync"
 )
 
-// connSet tracks a Server's open connections for Shutdown.
+// connSet tracks a Server's open connections, and the handshakes in
+// progress, for Shutdown.
 type connSet struct {
 	mu      sync.Mutex
 	conns   map[*Conn]struct{}
+	pending int // handshakes between ServeHTTP's start and the connection's registration
 	closing bool
-	empty   chan struct{} // closed when closing and no connection is left
+	empty   chan struct{} // closed when closing and nothing is left
 }
 
-// add registers c, or reports false once shutdown has begun.
-func (s *connSet) add(c *Conn) bool {
+// begin registers a handshake, or reports false once shutdown has begun.
+func (s *connSet) begin() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	if s.conns == nil {
-		s.conns = make(map[*Conn]struct{})
-	}
-	s.conns[c] = struct{}{}
+	s.pending++
 	return true
+}
+
+// commit turns a handshake into an open connection (c nil: it failed). It
+// reports false if shutdown began meanwhile: c must then be told to go.
+func (s *connSet) commit(c *Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	if c != nil {
+		if s.conns == nil {
+			s.conns = make(map[*Conn]struct{})
+		}
+		s.conns[c] = struct{}{}
+	}
+	s.checkEmptyLocked()
+	return !s.closing
 }
 
 func (s *connSet) remove(c *Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, c)
-	if s.closing && len(s.conns) == 0 && s.empty != nil {
+	s.checkEmptyLocked()
+}
+
+func (s *connSet) checkEmptyLocked() {
+	if s.closing && len(s.conns) == 0 && s.pending == 0 && s.empty != nil {
 		close(s.empty)
 		s.empty = nil
 	}
@@ -65,7 +84,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		open = append(open, c)
 	}
 	var empty chan struct{}
-	if len(set.conns) > 0 {
+	if len(set.conns) > 0 || set.pending > 0 {
 		if set.empty == nil {
 			set.empty = make(chan struct{})
 		}
@@ -83,6 +102,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
+	// Cut everything still open, including what registered after the
+	// snapshot (it was told to go when it did).
+	set.mu.Lock()
+	for c := range set.conns {
+		open = append(open, c)
+	}
+	set.mu.Unlock()
 	for _, c := range open {
 		c.CloseNow()
 	}

@@ -139,7 +139,7 @@ func (c *Conn) BufferedAmount() int {
 
 func (c *Conn) takeWriteSlot(ctx context.Context) error {
 	select {
-	case c.wslot <- struct{}{}:
+	case c.writeSlot() <- struct{}{}:
 		return nil
 	case <-c.done:
 		return ErrClosed
@@ -148,7 +148,17 @@ func (c *Conn) takeWriteSlot(ctx context.Context) error {
 	}
 }
 
-func (c *Conn) releaseWriteSlot() { <-c.wslot }
+func (c *Conn) releaseWriteSlot() { <-c.writeSlot() }
+
+// writeSlot is held by a streaming Writer; other data messages wait for it.
+func (c *Conn) writeSlot() chan struct{} {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wslot == nil {
+		c.wslot = make(chan struct{}, 1)
+	}
+	return c.wslot
+}
 
 func (c *Conn) newMask() [4]byte {
 	v := rand.Uint32()
@@ -218,8 +228,8 @@ func (c *Conn) pushLocked(hdr, payload []byte, masked bool, key [4]byte, done fu
 	}
 	c.appendQueue(hdr)
 	if masked {
+		c.reserveQueue(len(payload)) // may compact: read the length after it
 		start := len(*c.wq)
-		c.reserveQueue(len(payload))
 		*c.wq = (*c.wq)[:start+len(payload)]
 		frame.MaskCopy((*c.wq)[start:], payload, key, 0)
 	} else {
@@ -307,6 +317,9 @@ func (c *Conn) rawFlush(fd uintptr) bool {
 }
 
 func (c *Conn) startFlusher() {
+	if c.flushFn == nil && c.rc != nil {
+		c.flushFn = c.rawFlush
+	}
 	c.flushing = true
 	go c.flushLoop()
 }
@@ -667,11 +680,14 @@ func (c *Conn) Writer(ctx context.Context, typ MessageType) (io.WriteCloser, err
 	}
 	c.writerOpen = true
 	c.unlockWrite()
+	if c.mw == nil {
+		c.mw = &messageWriter{c: c}
+	}
 	c.mw.ctx = ctx
 	c.mw.op = frame.Opcode(typ)
 	c.mw.open = true
 	c.mw.err = nil
-	return &c.mw, nil
+	return c.mw, nil
 }
 
 type messageWriter struct {
