@@ -277,6 +277,20 @@ func TestMainExitsNonZeroNamingTheFailedCases(t *testing.T) {
 	}
 }
 
+func TestMainListsTheSelectedCases(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"list", "--cases", "2.1,7.9.*", "--exclude", "7.9.1?"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		ids = append(ids, strings.Fields(line)[0])
+	}
+	if got := strings.Join(ids, " "); got != "2.1 7.9.1 7.9.2 7.9.3 7.9.4 7.9.5 7.9.6 7.9.7 7.9.8 7.9.9" {
+		t.Fatalf("listed %q", got)
+	}
+}
+
 func TestMainRejectsBadUsageWithStatus2(t *testing.T) {
 	for _, args := range [][]string{nil, {"server"}, {"client"}, {"nonsense"}, {"server", "http://x/"}, {"server", "--bogus", "ws://x/"}} {
 		var out, errb bytes.Buffer

@@ -146,7 +146,7 @@ table { border-collapse: collapse; margin: .3em 0; } td, th { border: 1px solid 
 <tr><th>Close behaviour</th><td>{{.CloseBehavior}}{{range .CloseNotes}}<br>{{.}}{{end}}</td></tr>
 {{if .Expected}}<tr><th>Accepted</th><td>{{range .Expected}}<code>{{.}}</code><br>{{end}}</td></tr>{{end}}
 <tr><th>Observed</th><td>{{range .Observed}}<code>{{.}}</code><br>{{else}}nothing{{end}}</td></tr>
-<tr><th>Close</th><td>sent code {{.Close.SentCode}} at {{.Close.SentAtMS}} ms; received code {{.Close.ReceivedCode}}{{if .Close.ReceivedReason}} "{{.Close.ReceivedReason}}"{{end}} at {{.Close.ReceivedAtMS}} ms{{if .Close.PeerInitiated}} (peer first){{end}}; TCP closed by {{.Close.TCPClosedBy}}{{if .Close.TCPClosedAtMS}} at {{.Close.TCPClosedAtMS}} ms{{end}}</td></tr>
+<tr><th>Close</th><td>sent code {{.Close.SentCode}}{{if .Close.SentBodyHex}} (body {{.Close.SentBodyHex}}){{end}} at {{.Close.SentAtMS}} ms; received code {{.Close.ReceivedCode}}{{if .Close.ReceivedBody}} (body {{.Close.ReceivedBody}}){{end}}{{if .Close.ReceivedReason}} "{{.Close.ReceivedReason}}"{{end}} at {{.Close.ReceivedAtMS}} ms{{if .Close.PeerInitiated}} (peer first){{end}}; TCP closed by {{.Close.TCPClosedBy}}{{if .Close.TCPClosedAtMS}} at {{.Close.TCPClosedAtMS}} ms{{end}}</td></tr>
 {{if .Info}}<tr><th>Measured</th><td><code>{{json .Info}}</code></td></tr>{{end}}
 <tr><th>Duration</th><td>{{printf "%.1f" .DurationMS}} ms</td></tr>
 </table>

@@ -221,6 +221,7 @@ func (s *session) process(ev event) {
 		s.res.Close.PeerInitiated = !s.closeSent
 		code, reason, ok := rawpeer.ParseClose(f.Payload)
 		s.res.Close.ReceivedCode = int(code)
+		s.res.Close.ReceivedBody = shortHex(f.Payload, maxObservedHex)
 		s.res.Close.ReceivedReason = string(reason)
 		switch {
 		case !ok:
@@ -307,9 +308,7 @@ func (s *session) noteClose(f rawpeer.Frame) {
 		s.closeSent = true
 		code, _, _ := rawpeer.ParseClose(f.Payload)
 		s.res.Close.SentCode = int(code)
-		if len(f.Payload) == 1 {
-			s.res.Close.SentCode = int(f.Payload[0])
-		}
+		s.res.Close.SentBodyHex = shortHex(f.Payload, maxObservedHex)
 		s.res.Close.SentAtMS = ms(s.since())
 	}
 }

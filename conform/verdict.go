@@ -87,11 +87,14 @@ type Result struct {
 }
 
 // CloseRecord describes how a case's connection ended. Codes are -1 when no
-// close frame went that way and 0 for an empty close body.
+// close frame went that way and 0 when its body held no code (empty, or a
+// single byte); the bodies in hex say exactly what it was.
 type CloseRecord struct {
 	SentCode       int     `json:"sentCode"`
+	SentBodyHex    string  `json:"sentBodyHex,omitempty"`
 	SentAtMS       float64 `json:"sentAtMs,omitempty"`
 	ReceivedCode   int     `json:"receivedCode"`
+	ReceivedBody   string  `json:"receivedBodyHex,omitempty"`
 	ReceivedReason string  `json:"receivedReason,omitempty"`
 	ReceivedAtMS   float64 `json:"receivedAtMs,omitempty"`
 	// PeerInitiated is set when the peer's close frame came before ours.
