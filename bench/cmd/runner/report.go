@@ -1,0 +1,457 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rallyws/rally/loadgen"
+)
+
+// cell is every window of one peer in one scenario.
+type cell struct {
+	peer                             *peer
+	rates, cpu, p50, p99, peak, busy []float64
+	perConn, held                    []float64
+	errors                           int64
+	failures                         []string
+	windows                          int
+}
+
+func (c *cell) ok() bool { return len(c.rates) > 0 }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+type report struct {
+	o       options
+	scen    []scenario
+	peers   []*peer
+	cells   map[string]map[string]*cell // scenario id, peer name
+	began   time.Time
+	elapsed time.Duration
+}
+
+func newReport(o options, scen []scenario, list []*peer, all []measurement, began time.Time) *report {
+	r := &report{o: o, scen: scen, peers: list, cells: map[string]map[string]*cell{}, began: began, elapsed: time.Since(began)}
+	for _, sc := range scen {
+		r.cells[sc.ID] = map[string]*cell{}
+		for _, p := range list {
+			r.cells[sc.ID][p.Name] = &cell{peer: p}
+		}
+	}
+	for _, m := range all {
+		c := r.cells[m.Scenario][m.Peer]
+		if c == nil {
+			continue
+		}
+		c.windows++
+		if m.Failure != "" {
+			c.failures = append(c.failures, m.Failure)
+			continue
+		}
+		res := m.Result
+		c.errors += res.Errors
+		c.rates = append(c.rates, res.Rate)
+		c.p50 = append(c.p50, res.Latency.P50)
+		c.p99 = append(c.p99, res.Latency.P99)
+		c.busy = append(c.busy, res.Machine.OtherBusyPercent)
+		if s := res.Server; s != nil {
+			c.cpu = append(c.cpu, s.CPUMicrosPerMessage)
+			c.peak = append(c.peak, float64(s.PeakRSSBytes))
+		}
+		if res.Idle != nil {
+			c.perConn = append(c.perConn, res.Idle.RSSPerConnBytes)
+			c.held = append(c.held, float64(res.Idle.Held))
+		}
+	}
+	return r
+}
+
+// ratio formats a/b as "1.23x", or "-" when either is missing.
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// best is the highest median rate among the WebSocket peers (the raw TCP
+// floor is not a peer to beat, it is the limit).
+func (r *report) best(id string) (string, float64) {
+	name, top := "", math.NaN()
+	for _, p := range r.peers {
+		c := r.cells[id][p.Name]
+		if p.Verbatim || !c.ok() {
+			continue
+		}
+		if v := median(c.rates); math.IsNaN(top) || v > top {
+			name, top = p.Name, v
+		}
+	}
+	return name, top
+}
+
+func (r *report) rate(id, peer string) float64 {
+	if c := r.cells[id][peer]; c != nil && c.ok() {
+		return median(c.rates)
+	}
+	return math.NaN()
+}
+
+func (r *report) write() error {
+	var b bytes.Buffer
+	r.header(&b)
+	r.summary(&b)
+	for _, sc := range r.scen {
+		if sc.Cfg.Scenario == loadgen.Idle {
+			r.idleSection(&b, sc)
+		} else {
+			r.section(&b, sc)
+		}
+	}
+	r.footer(&b)
+	if err := os.MkdirAll(filepath.Dir(r.o.out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(r.o.out, b.Bytes(), 0o644)
+}
+
+func (r *report) chartLink(id string) string {
+	rel, err := filepath.Rel(filepath.Dir(r.o.out), filepath.Join(r.o.charts, id+".svg"))
+	if err != nil {
+		rel = filepath.Join(r.o.charts, id+".svg")
+	}
+	return filepath.ToSlash(rel)
+}
+
+func (r *report) header(b *bytes.Buffer) {
+	fmt.Fprintf(b, "# rally and its peers, side by side\n\n")
+	fmt.Fprintf(b, "Written by `cd bench && go run ./cmd/runner%s` on %s, in %.0f s. ",
+		r.flagsUsed(), r.began.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Seconds())
+	fmt.Fprintf(b, "Every peer runs the same load on the same machine in the same run: %d interleaved round(s) per scenario, "+
+		"each peer once per round in a rotating order, %.1f s windows after %.1f s of warm-up; tables show medians over the rounds.\n\n",
+		r.o.rounds, r.o.window.Seconds(), r.o.warmup.Seconds())
+	busy := r.busyRange()
+	fmt.Fprintf(b, "**Other work on the machine:** in the measured windows, processes other than the server and the load generator "+
+		"kept %s of the machine busy (median %.0f%%, max %.0f%%). The column *other work* gives it per peer; a window with much "+
+		"other work measures the peer low, and interleaving spreads that over all peers.\n\n", busy.label, busy.median, busy.max)
+	fmt.Fprintf(b, "## Machine and versions\n\n| | |\n|---|---|\n")
+	for _, kv := range machine() {
+		fmt.Fprintf(b, "| %s | %s |\n", kv[0], kv[1])
+	}
+	fmt.Fprintf(b, "\n## Method\n\n")
+	fmt.Fprintf(b, "- Load comes from rally's `loadgen` (the engine of `rally bench`), in the runner's process: raw handshake, frames masked once "+
+		"and written from a pre-built batch, replies parsed in place. It checks the type and length of every reply and the bytes of one in %d; "+
+		"a wrong reply counts as an error, never as a message.\n", loadgen.SampleEvery)
+	fmt.Fprintf(b, "- **echo**: 64 connections, %d messages in flight each (closed loop; uWebSockets' method keeps one, but on 2 cores shared with the "+
+		"load generator one in flight leaves every peer, the raw TCP floor included, bound by the generator's own system calls); "+
+		"rate = replies/s, latency = round trip.\n", r.o.inflight)
+	fmt.Fprintf(b, "- **chat**: 32 clients in one room; the server delivers every message to all 32, the sender included (Bun's bench/websocket-server method); "+
+		"in rounds, each client sends its messages, then waits for all of the round's; rate = deliveries/s, latency = round start to delivery.\n")
+	fmt.Fprintf(b, "- **throughput**: one connection, 256 KiB binary echo, one in flight (undici's method).\n")
+	fmt.Fprintf(b, "- **idle**: open the connections on a freshly started server, hold them, and divide the growth of its resident memory (VmRSS) by the connections held.\n")
+	fmt.Fprintf(b, "- Server CPU is user + system time from /proc/PID/stat over the window, per message; peak RSS is VmHWM during the window "+
+		"(reset before each window; it includes memory the server kept from earlier windows of the same scenario). "+
+		"Each scenario starts its servers afresh. The servers use the machine's 2 cores, as does the load generator: on this machine "+
+		"the two compete, so *server CPU per message* is the fairest measure of a server's cost.\n")
+	fmt.Fprintf(b, "- *vs best* compares with the fastest WebSocket peer of the scenario; the raw TCP echo is the floor, not a peer, and gets its own column.\n\n")
+}
+
+func (r *report) flagsUsed() string {
+	if len(os.Args) <= 1 {
+		return ""
+	}
+	return " " + strings.Join(os.Args[1:], " ")
+}
+
+type busyStats struct {
+	label       string
+	median, max float64
+}
+
+func (r *report) busyRange() busyStats {
+	var all []float64
+	for _, byPeer := range r.cells {
+		for _, c := range byPeer {
+			all = append(all, c.busy...)
+		}
+	}
+	if len(all) == 0 {
+		return busyStats{label: "an unknown share", median: math.NaN(), max: math.NaN()}
+	}
+	s := busyStats{median: median(all), max: slices.Max(all)}
+	switch {
+	case s.median < 5:
+		s.label = "little"
+	case s.median < 25:
+		s.label = "a noticeable share"
+	default:
+		s.label = "a large share (the machine was shared with other work)"
+	}
+	return s
+}
+
+func (r *report) summary(b *bytes.Buffer) {
+	fmt.Fprintf(b, "## Summary: median rate as a ratio to %s\n\n| scenario |", reference)
+	for _, p := range r.peers {
+		fmt.Fprintf(b, " %s |", p.Name)
+	}
+	fmt.Fprintf(b, " best peer |\n|---|")
+	for range r.peers {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---|\n")
+	for _, sc := range r.scen {
+		if sc.Cfg.Scenario == loadgen.Idle {
+			continue
+		}
+		ref := r.rate(sc.ID, reference)
+		fmt.Fprintf(b, "| %s |", sc.ID)
+		for _, p := range r.peers {
+			c := r.cells[sc.ID][p.Name]
+			switch {
+			case p.Pending != "":
+				b.WriteString(" pending |")
+			case c.ok():
+				fmt.Fprintf(b, " %s |", ratio(median(c.rates), ref))
+			default:
+				b.WriteString(" n/a |")
+			}
+		}
+		name, top := r.best(sc.ID)
+		fmt.Fprintf(b, " %s (%s/s) |\n", name, loadgen.Count(top))
+	}
+	b.WriteString("\n")
+}
+
+func (r *report) section(b *bytes.Buffer, sc scenario) {
+	unit := "replies"
+	if sc.Cfg.Scenario == loadgen.Chat {
+		unit = "deliveries"
+	}
+	one := strings.TrimSuffix(unit, "s")
+	if unit == "replies" {
+		one = "reply"
+	}
+	fmt.Fprintf(b, "## %s\n\n", sc.Title)
+	var bars []bar
+	ref := r.rate(sc.ID, reference)
+	_, top := r.best(sc.ID)
+	raw := r.rate(sc.ID, "raw TCP")
+	hasRaw := !math.IsNaN(raw)
+	fmt.Fprintf(b, "| peer | %s/s | vs %s | vs best |", unit, reference)
+	if hasRaw {
+		b.WriteString(" vs raw TCP |")
+	}
+	fmt.Fprintf(b, " server CPU µs/%s | p50 | p99 | peak RSS | other work | errors |\n|---|---:|---:|---:|", one)
+	if hasRaw {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.peers {
+		c := r.cells[sc.ID][p.Name]
+		switch {
+		case p.Pending != "":
+			fmt.Fprintf(b, "| %s | pending: %s |\n", p.Name, p.Pending)
+			continue
+		case p.Verbatim && sc.Cfg.Scenario == loadgen.Chat:
+			continue
+		case !c.ok():
+			fmt.Fprintf(b, "| %s | failed: %s |\n", p.Name, firstOr(c.failures, "no window ran"))
+			continue
+		}
+		v := median(c.rates)
+		bars = append(bars, bar{label: p.Name, value: v, note: ratio(v, ref), kind: p})
+		fmt.Fprintf(b, "| %s | %s | %s | %s |", p.Name, loadgen.Count(v), ratio(v, ref), ratio(v, top))
+		if hasRaw {
+			fmt.Fprintf(b, " %s |", ratio(v, raw))
+		}
+		fmt.Fprintf(b, " %s | %s | %s | %s | %s | %s |\n", micros(median(c.cpu)), loadgen.Micros(median(c.p50)), loadgen.Micros(median(c.p99)),
+			bytesOf(median(c.peak)), busyOf(c.busy), errorsOf(c))
+	}
+	if len(bars) > 0 {
+		svg := barChart(sc.Title, unit+" per second, median (ratio to "+reference+")", bars, loadgen.Count)
+		if err := os.WriteFile(filepath.Join(r.o.charts, sc.ID+".svg"), []byte(svg), 0o644); err == nil {
+			fmt.Fprintf(b, "\n![%s](%s)\n", sc.Title, r.chartLink(sc.ID))
+		}
+	}
+	b.WriteString("\n")
+}
+
+func (r *report) idleSection(b *bytes.Buffer, sc scenario) {
+	fmt.Fprintf(b, "## %s\n\nA fresh server per peer; memory per connection is the growth of its resident memory divided by the connections held "+
+		"(the goroutine-per-connection floor is about 3.5 KiB here: a parked goroutine with its TCP connection).\n\n", sc.Title)
+	b.WriteString("| peer | held | RSS per connection | vs gorilla | open rate | handshake p50 | p99 | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	var ref float64 = math.NaN()
+	if c := r.cells[sc.ID][reference]; c != nil && len(c.perConn) > 0 {
+		ref = median(c.perConn)
+	}
+	var bars []bar
+	for _, p := range r.peers {
+		c := r.cells[sc.ID][p.Name]
+		switch {
+		case p.Pending != "":
+			fmt.Fprintf(b, "| %s | pending: %s |\n", p.Name, p.Pending)
+			continue
+		case p.Verbatim:
+			continue
+		case !c.ok():
+			fmt.Fprintf(b, "| %s | failed: %s |\n", p.Name, firstOr(c.failures, "no window ran"))
+			continue
+		}
+		per := median(c.perConn)
+		bars = append(bars, bar{label: p.Name, value: per, note: ratio(per, ref), kind: p})
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s/s | %s | %s | %s |\n", p.Name, median(c.held), bytesOf(per), ratio(per, ref),
+			loadgen.Count(median(c.rates)), loadgen.Micros(median(c.p50)), loadgen.Micros(median(c.p99)), errorsOf(c))
+	}
+	if len(bars) > 0 {
+		svg := barChart(sc.Title, "resident memory per idle connection, lower is better (ratio to "+reference+")", bars, func(v float64) string { return bytesOf(v) })
+		if err := os.WriteFile(filepath.Join(r.o.charts, sc.ID+".svg"), []byte(svg), 0o644); err == nil {
+			fmt.Fprintf(b, "\n![%s](%s)\n", sc.Title, r.chartLink(sc.ID))
+		}
+	}
+	b.WriteString("\n")
+}
+
+func (r *report) footer(b *bytes.Buffer) {
+	b.WriteString("## Not measured yet\n\n")
+	b.WriteString("- permessage-deflate: the load generator does not negotiate it yet, so no scenario runs with compression.\n")
+	for _, p := range r.peers {
+		if p.Pending != "" {
+			fmt.Fprintf(b, "- %s: %s.\n", p.Name, p.Pending)
+		}
+	}
+	b.WriteString("- connect (handshakes per second) is available in `rally bench connect` but not part of this comparison.\n\n")
+	b.WriteString("## How each peer is written\n\nEach server lives in `bench/peers/` (Go) or `bench/node/` (JavaScript) and serves `/echo` and `/chat`.\n\n| peer | server |\n|---|---|\n")
+	for _, p := range r.peers {
+		fmt.Fprintf(b, "| %s | %s |\n", p.Name, p.How)
+	}
+	fmt.Fprintf(b, "\nRaw results of every window: `%s`.\n", filepath.ToSlash(filepath.Join("bench", r.o.charts, "peers.json")))
+}
+
+func firstOr(list []string, def string) string {
+	if len(list) > 0 {
+		return list[0]
+	}
+	return def
+}
+
+func micros(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func bytesOf(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	if v < 0 {
+		return "-" + loadgen.Bytes(int64(-v))
+	}
+	return loadgen.Bytes(int64(v))
+}
+
+func busyOf(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%% (max %.0f%%)", median(v), slices.Max(v))
+}
+
+func errorsOf(c *cell) string {
+	s := fmt.Sprint(c.errors)
+	if n := len(c.failures); n > 0 {
+		s += fmt.Sprintf(", %d of %d windows failed", n, c.windows)
+	}
+	return s
+}
+
+// machine describes the computer and the versions of everything measured.
+func machine() [][2]string {
+	var out [][2]string
+	cpu := "unknown"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	out = append(out, [2]string{"CPU", fmt.Sprintf("%s, %d cores", cpu, runtime.NumCPU())})
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		var kb int64
+		fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%d", &kb)
+		out = append(out, [2]string{"memory", loadgen.Bytes(kb << 10)})
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		out = append(out, [2]string{"kernel", "Linux " + strings.TrimSpace(string(b))})
+	}
+	out = append(out, [2]string{"Go", runtime.Version()})
+	if rev, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		out = append(out, [2]string{"rally", "commit " + strings.TrimSpace(string(rev))})
+	}
+	if b, err := os.ReadFile("go.mod"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && !strings.Contains(line, "// indirect") && strings.HasPrefix(f[0], "github.com/") && f[0] != "github.com/rallyws/rally" {
+				out = append(out, [2]string{f[0], f[1]})
+			}
+		}
+	}
+	if v, err := exec.Command("node", "--version").Output(); err == nil {
+		out = append(out, [2]string{"Node.js", strings.TrimSpace(string(v))})
+	}
+	for _, pkg := range []string{"ws", "bufferutil"} {
+		if v := npmVersion(pkg); v != "" {
+			out = append(out, [2]string{"npm " + pkg, v})
+		}
+	}
+	if v, err := exec.Command(bunBinary, "--version").Output(); err == nil {
+		out = append(out, [2]string{"Bun", strings.TrimSpace(string(v)) + " (npm @oven/bun-linux-x64)"})
+	}
+	return out
+}
+
+func npmVersion(pkg string) string {
+	b, err := os.ReadFile(filepath.Join("node/node_modules", pkg, "package.json"))
+	if err != nil {
+		return ""
+	}
+	i := bytes.Index(b, []byte(`"version"`))
+	if i < 0 {
+		return ""
+	}
+	rest := b[i+len(`"version"`):]
+	parts := bytes.SplitN(rest, []byte(`"`), 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	return string(parts[1])
+}
