@@ -53,6 +53,9 @@ func (c *Conn) Close(code uint16, reason string) error {
 			c.lingering = false
 			c.linger()
 		}
+		// Close read to the end for its own sake: the first Read after it
+		// still gets the *CloseError.
+		c.rdone = false
 		<-c.rsem
 	case <-c.done:
 	}

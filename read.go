@@ -391,12 +391,12 @@ func (c *Conn) control(ev event) error {
 			return c.violated(err)
 		}
 		c.peerCode, c.peerReason = code, string(reason)
+		// Echo the peer's close as npm ws does: its code and reason, or an
+		// empty body for an empty one (RFC 6455 5.5.1).
 		if code == frame.CloseNoStatus {
 			c.sendClose(nil)
 		} else {
-			var b [2]byte
-			b[0], b[1] = byte(code>>8), byte(code)
-			c.sendClose(b[:])
+			c.sendClose(ev.payload)
 		}
 		return c.endRead(&CloseError{Code: code, Reason: c.peerReason}, true)
 	}

@@ -44,7 +44,8 @@ func TestServerEchoesEachValidReceivedCloseCodeAndReportsIt(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Code != code || ce.Reason != "bye" || ce.Err != nil {
 				t.Fatalf("Read = %v, want a *CloseError with %d \"bye\" and no cause", err, code)
 			}
-			wantWire(t, p, "88 02 "+codeHex(code))
+			// The echo carries the code and the reason, as npm ws's does.
+			wantWire(t, p, "88 05 "+codeHex(code)+" 62 79 65")
 			p.ExpectEOF(t)
 			p.Close()
 			waitDone(t, c)
@@ -65,8 +66,8 @@ func TestClientEchoesEachValidReceivedCloseCodeAndReportsIt(t *testing.T) {
 				t.Fatalf("Read = %v, want a *CloseError with %d \"bye\" and no cause", err, code)
 			}
 			f, _ := readRaw(t, p)
-			if f.Opcode != rawpeer.OpClose || !f.Masked || norm(hexOf(f.Payload)) != norm(codeHex(code)) {
-				t.Fatalf("answer: opcode %#x masked %v body %s; want a masked close %s", f.Opcode, f.Masked, hexOf(f.Payload), codeHex(code))
+			if want := codeHex(code) + " 62 79 65"; f.Opcode != rawpeer.OpClose || !f.Masked || norm(hexOf(f.Payload)) != norm(want) {
+				t.Fatalf("answer: opcode %#x masked %v body %s; want a masked close %s", f.Opcode, f.Masked, hexOf(f.Payload), want)
 			}
 			p.Close()
 			waitDone(t, c)
