@@ -2,6 +2,7 @@
 //
 //	rally serve    run the WebSocket server (echo today; pub/sub to come)
 //	rally bench    load-test any WebSocket server
+//	rally conform  test any WebSocket server or client against RFC 6455 / 7692
 //
 // Run `rally COMMAND --help` for the flags of each.
 package main
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rallyws/rally/conform"
 	"github.com/rallyws/rally/loadgen"
 	"github.com/rallyws/rally/server"
 )
@@ -25,6 +27,9 @@ const usage = `rally: the WebSocket toolbox
 Usage:
   rally serve [flags]          run the WebSocket server (echo at /echo)
   rally bench SCENARIO URL     load-test a WebSocket server (echo, chat, throughput, connect, idle)
+  rally conform server URL     run the conformance suite against a server's echo endpoint
+  rally conform client --addr HOST:PORT
+                               serve the suite to a client (the classic fuzzing-server paths)
 
 Run 'rally COMMAND --help' for the flags of a command.
 `
@@ -43,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "bench":
 		return loadgen.Main(args[1:], stdout, stderr)
+	case "conform":
+		return conform.Main(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
