@@ -3,6 +3,7 @@ package rally_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,65 @@ func sides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *rally.C
 	t.Run("Client", func(t *testing.T) {
 		c, p := dialRaw(t, &rally.DialOptions{ConnOptions: opts})
 		f(t, c, p, true, func(b []byte) []byte { return b })
+	})
+}
+
+func TestConcurrentWritersEachMessageArrivesWholeInOrderWithItsType(t *testing.T) {
+	const writers, perWriter = 8, 60
+	sizes := []int{8, 125, 126, 65535, 65536, 100_000}
+	// message g/i: byte g, uint32 i, then bytes g+i; even writers send
+	// Text (not valid UTF-8: sent unchanged), odd ones Binary.
+	message := func(g, i int) []byte {
+		b := bytes.Repeat([]byte{byte(g + i)}, sizes[(g+i)%len(sizes)])
+		b[0] = byte(g)
+		binary.BigEndian.PutUint32(b[1:5], uint32(i))
+		return b
+	}
+	typeOf := func(g int) rally.MessageType { return []rally.MessageType{rally.Text, rally.Binary}[g%2] }
+	sides(t, rally.ConnOptions{}, func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool, _ func([]byte) []byte) {
+		ctx := ctxT(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for g := range writers {
+			wg.Go(func() {
+				for i := range perWriter {
+					if err := c.Write(ctx, typeOf(g), message(g, i)); err != nil {
+						errs <- fmt.Errorf("writer %d message %d: %w", g, i, err)
+						return
+					}
+				}
+			})
+		}
+		next := make([]int, writers)
+		for range writers * perWriter {
+			f, err := p.ReadFrame()
+			if err != nil {
+				t.Fatalf("reading: %v", err)
+			}
+			if len(f.Payload) < 5 {
+				t.Fatalf("frame of %d bytes, opcode %#x", len(f.Payload), f.Opcode)
+			}
+			g, i := int(f.Payload[0]), int(binary.BigEndian.Uint32(f.Payload[1:5]))
+			if g >= writers {
+				t.Fatalf("frame from unknown writer %d", g)
+			}
+			if i != next[g] {
+				t.Fatalf("writer %d: message %d arrived when %d was due", g, i, next[g])
+			}
+			next[g]++
+			if !f.Fin || f.Masked != masked || f.Opcode != byte(typeOf(g)) {
+				t.Fatalf("writer %d message %d: fin %v masked %v opcode %#x, want fin, masked %v, opcode %#x",
+					g, i, f.Fin, f.Masked, f.Opcode, masked, byte(typeOf(g)))
+			}
+			if !bytes.Equal(f.Payload, message(g, i)) {
+				t.Fatalf("writer %d message %d: payload differs", g, i)
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 	})
 }
 
