@@ -32,11 +32,7 @@ type peer struct {
 // reference of the ratios.
 var peers = []peer{
 	{Name: "rally", Kind: "go", Pkg: "./peers/rally",
-		How: "rally.Server{Message: ...} as an http.Handler, c.Write(ctx, typ, p); chat writes to each member",
-		// LATER (issue 8): rally's root package (rally.Server, Conn.Write) is
-		// being written; when it lands, add peers/rally/main.go with the same
-		// /echo and /chat as the others and delete this Pending line.
-		Pending: "rally's server API (rally.Server, Conn.Write) has not landed yet"},
+		How: "rally.Server callbacks; echo: non-blocking Send, corked per read batch; chat: PreparedMessage + SendPrepared to each member (no JoinCork yet, see peers/rally)"},
 	{Name: "gorilla", Kind: "go", Pkg: "./peers/gorilla",
 		How: "gorilla/websocket: ReadMessage/WriteMessage; chat: PreparedMessage per message, a write mutex per connection"},
 	{Name: "coder", Kind: "go", Pkg: "./peers/coder",
