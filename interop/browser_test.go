@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -14,8 +12,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/rallyws/rally"
 )
 
 // browserPage is the test page: window.run(name, ...args) runs one case
@@ -121,43 +117,6 @@ window.run = async (name, ...args) => {
 </script>
 `
 
-// browserServer serves the test page at / and a rally echo server at /ws.
-// A text message "close CODE REASON" makes the server close with that code
-// and reason; "bad-utf8" makes it send a text frame that is not UTF-8.
-// How each connection ended is sent on the returned channel.
-func browserServer(t *testing.T) (string, chan *rally.CloseError) {
-	ends := make(chan *rally.CloseError, 16)
-	ws := &rally.Server{
-		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
-			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-			defer cancel()
-			if typ == rally.Text {
-				if rest, ok := strings.CutPrefix(string(p), "close "); ok {
-					codeText, reason, _ := strings.Cut(rest, " ")
-					code, _ := strconv.Atoi(codeText)
-					c.Close(uint16(code), reason)
-					return
-				}
-				if string(p) == "bad-utf8" {
-					c.Write(ctx, rally.Text, []byte{0x68, 0xff})
-					return
-				}
-			}
-			c.Write(ctx, typ, p)
-		},
-		Close: func(c *rally.Conn, ce *rally.CloseError) { ends <- ce },
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/ws", ws)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Write([]byte(browserPage))
-	})
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	return hs.URL, ends
-}
-
 // chromiumPath returns the Chromium binary ($CHROMIUM, else
 // /usr/bin/chromium), failing t when it is missing.
 func chromiumPath(t *testing.T) string {
@@ -230,24 +189,12 @@ type closeEvent struct {
 	Error    string `json:"error"`
 }
 
-// serverEnd waits for how the server saw the connection end.
-func serverEnd(t *testing.T, ends chan *rally.CloseError) *rally.CloseError {
-	t.Helper()
-	select {
-	case ce := <-ends:
-		return ce
-	case <-time.After(waitFor):
-		t.Fatal("the rally server saw no end of the connection")
-	}
-	return nil
-}
-
 // TestChromiumTalksToRallyServer drives headless Chromium on a page that
 // rally serves: connect, echo of text (outside ASCII too), ArrayBuffer,
 // Blob and 1 MiB messages, close codes and reasons from both sides as the
 // page's CloseEvent reports them.
 func TestChromiumTalksToRallyServer(t *testing.T) {
-	url, ends := browserServer(t)
+	url, ends := echoServer(t)
 	ctx := startBrowser(t, url+"/")
 
 	t.Run("connects without extensions or subprotocol", func(t *testing.T) {
@@ -317,9 +264,8 @@ func TestChromiumTalksToRallyServer(t *testing.T) {
 		t.Run(fmt.Sprintf("page closes with %d and a reason of %d bytes", c.code, len(c.reason)), func(t *testing.T) {
 			var r closeEvent
 			run(t, ctx, &r, "close", c.code, c.reason)
-			// rally echoes the code without the reason (/tmp/interop-bugs.md #2),
-			// so the page reports the code and an empty reason.
-			want := closeEvent{Code: c.code, WasClean: true}
+			// rally echoes the page's code and reason.
+			want := closeEvent{Code: c.code, Reason: c.reason, WasClean: true}
 			if c.code == 0 {
 				want.Code = 1005
 			}

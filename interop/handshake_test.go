@@ -32,7 +32,7 @@ func TestServerHandshakeMatchesNpmWs(t *testing.T) {
 		{"method POST", "POST", nil, "405", "", ""},
 		{"no key", "GET", map[string]string{"Sec-WebSocket-Key": ""}, "400", "", ""},
 		{"a key of 15 bytes", "GET", map[string]string{"Sec-WebSocket-Key": "AAAAAAAAAAAAAAAAAAAA"}, "400", "", ""},
-		{"no Upgrade header", "GET", map[string]string{"Upgrade": ""}, "426", "400", bugNoUpgrade},
+		{"no Upgrade header", "GET", map[string]string{"Upgrade": ""}, "426", "400", diffNoUpgrade},
 		{"Upgrade: h2c", "GET", map[string]string{"Upgrade": "h2c"}, "400", "", ""},
 	}
 	for _, r := range rows {

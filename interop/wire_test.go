@@ -1,6 +1,7 @@
 package interop_test
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,7 +18,8 @@ import (
 // ws peer of the other role, or a raw peer where the row needs bytes that
 // ws will not send). The row's want is what npm ws does: it must hold for
 // npm ws, which pins the reference, and for rally, unless the row names a
-// difference.
+// deliberate difference (DESIGN.md's contract, or the further ones that
+// docs/ARCHITECTURE.md records).
 //
 // Observations read "A: ..." (what A reported: an event, or the result of
 // a call), "A> ..." (the next frame A sent, as the tap saw it: header
@@ -46,7 +48,7 @@ type row struct {
 	do    func(h *harness)
 	want  []string // npm ws as A
 	rally []string // rally as A, when it differs from want
-	diff  string   // why rally differs: a deliberate difference, or a known bug in /tmp/interop-bugs.md
+	diff  string   // why rally differs: the deliberate difference it keeps
 }
 
 // harness runs one row against one A.
@@ -143,7 +145,8 @@ func echoRow(name string, op byte, p []byte) row {
 // failRow: B (raw) sends what send does; A fails the connection with code,
 // sends its close frame, and reports the close once B answers and hangs up.
 // npm ws sends the bare code and reports 1006 (it stops reading when it
-// fails); rally sends the rule as the reason and reports the code it sent.
+// fails); rally sends the rule as the reason and reports the code it sent
+// (diffFailReport).
 func failRow(name string, code uint16, rallyReason string, send func(h *harness)) row {
 	return row{
 		name: name,
@@ -165,7 +168,7 @@ func failRow(name string, code uint16, rallyReason string, send func(h *harness)
 			fmt.Sprintf("A: fail %d", code),
 			fmt.Sprintf("A: close %d %q", code, rallyReason),
 		},
-		diff: bugFailReport,
+		diff: diffFailReport,
 	}
 }
 
@@ -175,16 +178,15 @@ const (
 	limitReason = "message larger than the read limit"
 )
 
-// Known differences from npm ws that DESIGN.md does not name (written up
-// in /tmp/interop-bugs.md for the project to fix or record).
+// Further deliberate differences, recorded in docs/ARCHITECTURE.md
+// ("Deliberate differences from npm ws") after these tables found them.
 const (
-	bugFailReport = "not in DESIGN.md (bugs file #1): on a protocol failure rally puts the rule in its close reason and reports the code it sent; ws sends the bare code and reports 1006"
-	bugLengthMSB  = "not in DESIGN.md (bugs file #3): a 64-bit length with its top bit set is 1002 in rally (RFC 6455 5.2 framing rule), 1009 in ws"
-	bugNoUpgrade  = "not in DESIGN.md (bugs file #6): a plain GET without Upgrade gets 426 from ws's own server (research F.9), 400 from rally.Server"
-	bugCloseEcho  = "not in DESIGN.md (bugs file #2): rally echoes the peer's close code without its reason; ws echoes code and reason"
+	diffFailReport = "docs/ARCHITECTURE.md, deliberate differences: on a protocol violation rally sends the broken rule as the close reason and reports one *CloseError with the code it sent; ws sends the bare code and reports 1006"
+	diffLengthMSB  = "docs/ARCHITECTURE.md, deliberate differences: a 64-bit length with its top bit set is a framing error (1002, RFC 6455 5.2); ws answers 1009"
+	diffNoUpgrade  = "docs/ARCHITECTURE.md, deliberate differences: a request without an Upgrade header gets 400 from rally's http.Handler; ws's own server on a dedicated port answers 426"
 )
 
-func bytesOf(n int, c byte) []byte { return []byte(strings.Repeat(string(c), n)) }
+func bytesOf(n int, c byte) []byte { return bytes.Repeat([]byte{c}, n) }
 
 // commonRows hold for A as a server and as a client.
 func commonRows(server bool) []row {
@@ -381,7 +383,7 @@ func commonRows(server bool) []row {
 			want: []string{"A: fail 1007", "A> 88 02 03ef", `B: close 1007 ""`, `A: close 1006 ""`},
 			rally: []string{"A: fail 1007", "A> " + frame(0x88, closeBody(1007, bad.reason)),
 				fmt.Sprintf("B: close 1007 %q", bad.reason), fmt.Sprintf("A: close 1007 %q", bad.reason)},
-			diff: bugFailReport,
+			diff: diffFailReport,
 		})
 	}
 	rows = append(rows,
@@ -478,7 +480,7 @@ func commonRows(server bool) []row {
 			// with 1002; ws treats it as a length it cannot hold (1009).
 			const reason = "64-bit payload length with the most significant bit set"
 			r.rally = []string{"A> " + frame(0x88, closeBody(1002, reason)), "A: fail 1002", fmt.Sprintf("A: close 1002 %q", reason)}
-			r.diff = bugLengthMSB
+			r.diff = diffLengthMSB
 			return r
 		}(),
 		failRow("header claiming 200 MiB, over both defaults", 1009, limitReason, func(h *harness) {
@@ -504,9 +506,7 @@ func closeFromB(name string, code uint16, reason []byte) row {
 			h.AW()
 			h.BN()
 		},
-		want:  []string{"B> " + frame(0x88, body), fmt.Sprintf("A: close %d %q", code, reason), "A> " + frame(0x88, body), fmt.Sprintf("B: close %d %q", code, reason)},
-		rally: []string{"B> " + frame(0x88, body), fmt.Sprintf("A: close %d %q", code, reason), "A> " + frame(0x88, closeBody(code, "")), fmt.Sprintf("B: close %d \"\"", code)},
-		diff:  bugCloseEcho,
+		want: []string{"B> " + frame(0x88, body), fmt.Sprintf("A: close %d %q", code, reason), "A> " + frame(0x88, body), fmt.Sprintf("B: close %d %q", code, reason)},
 	}
 }
 
@@ -555,7 +555,7 @@ func limitRow(name string, send func(h *harness)) row {
 		want: []string{"A: fail 1009", "A> 88 02 03f1", `B: close 1009 ""`, `A: close 1006 ""`},
 		rally: []string{"A: fail 1009", "A> " + frame(0x88, closeBody(1009, limitReason)),
 			fmt.Sprintf("B: close 1009 %q", limitReason), fmt.Sprintf("A: close 1009 %q", limitReason)},
-		diff: bugFailReport,
+		diff: diffFailReport,
 	}
 }
 
