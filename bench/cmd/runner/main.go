@@ -91,7 +91,7 @@ type options struct {
 func main() {
 	var o options
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds per scenario (the report shows medians)")
-	flag.DurationVar(&o.window, "window", 1500*time.Millisecond, "measured window of each run")
+	flag.DurationVar(&o.window, "window", 1200*time.Millisecond, "measured window of each run")
 	flag.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured load before each window")
 	flag.IntVar(&o.inflight, "echo-inflight", 4, "messages in flight per echo connection")
 	flag.IntVar(&o.idleConns, "idle-conns", 10000, "connections of the idle scenario")

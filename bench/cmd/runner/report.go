@@ -214,11 +214,11 @@ func (r *report) summary(b *bytes.Buffer) {
 	for _, p := range r.peers {
 		fmt.Fprintf(b, " %s |", p.Name)
 	}
-	fmt.Fprintf(b, " best peer |\n|---|")
+	fmt.Fprintf(b, " best peer | rally vs best |\n|---|")
 	for range r.peers {
 		b.WriteString("---:|")
 	}
-	b.WriteString("---|\n")
+	b.WriteString("---|---:|\n")
 	for _, sc := range r.scen {
 		if sc.Cfg.Scenario == loadgen.Idle {
 			continue
@@ -237,7 +237,7 @@ func (r *report) summary(b *bytes.Buffer) {
 			}
 		}
 		name, top := r.best(sc.ID)
-		fmt.Fprintf(b, " %s (%s/s) |\n", name, loadgen.Count(top))
+		fmt.Fprintf(b, " %s (%s/s) | %s |\n", name, loadgen.Count(top), ratio(r.rate(sc.ID, "rally"), top))
 	}
 	b.WriteString("\n")
 }
