@@ -82,7 +82,6 @@ func messageEvent(typ rally.MessageType, p []byte) string {
 // from its callbacks) or dialed (events from a reading goroutine).
 type rallyEndpoint struct {
 	c      *rally.Conn
-	served bool // by a rally.Server
 	events eventQueue
 	done   chan struct{} // closed when the reading side has finished
 }
@@ -132,7 +131,7 @@ func newRallyServer(t testing.TB, opts *rally.AcceptOptions) (addr string, conns
 	srv := &rally.Server{
 		Options: opts,
 		Open: func(c *rally.Conn) {
-			e := &rallyEndpoint{c: c, served: true, events: make(eventQueue, 1024), done: make(chan struct{})}
+			e := &rallyEndpoint{c: c, events: make(eventQueue, 1024), done: make(chan struct{})}
 			ends.Store(c, e)
 			conns <- e
 		},

@@ -75,13 +75,7 @@ func (h *harness) AW() string {
 func (h *harness) BW() { h.seen = append(h.seen, "B> "+h.bWire.next()) }
 
 // closeA starts A's close handshake with a valid code.
-func (h *harness) closeA(code uint16, reason []byte) {
-	if e, ok := h.a.(*rallyEndpoint); ok && e.served && raceDetector {
-		h.t.Skip("not under the race detector: rally's Close on a served connection races with its serving goroutine " +
-			"(close.go, closeTimer; /tmp/interop-bugs.md #4). The row runs without -race.")
-	}
-	h.A(h.a.Close(code, reason))
-}
+func (h *harness) closeA(code uint16, reason []byte) { h.A(h.a.Close(code, reason)) }
 
 // must checks that a call of B's succeeded: B is the instrument, not the
 // subject.
