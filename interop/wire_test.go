@@ -711,9 +711,10 @@ func runRow(t *testing.T, node *nodePeer, server, useRally bool, r row) []string
 
 // readerReady makes sure that the reading goroutine of a dialed rally A is
 // inside Read before the row starts: a ping's pong has to come back
-// through it. Without it, a Close that starts before the first Read reads
-// the peer's close frame itself, and the later Read gets plain ErrClosed.
-// The ping and pong are taken off the wire logs and B's events.
+// through it. Otherwise a Close that starts before the first Read does the
+// reading itself (discarding data) and the row's events could depend on
+// which of the two got there first. The ping and pong are taken off the
+// wire logs and B's events.
 func readerReady(h *harness, e *rallyEndpoint) {
 	h.t.Helper()
 	if s := e.Ping(nil); s != "ping() ok" {
