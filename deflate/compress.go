@@ -16,6 +16,13 @@ const (
 	DefaultLevel = BestSpeed
 )
 
+// primeSize is how much of what it sent a compressor with context takeover
+// keeps when idle, and primes its next message with. The window may be
+// larger, but a sender may use less of it than it could: on JSON feeds the
+// first message after an idle period comes out about 3% larger than with a
+// full 32 KiB window, for a quarter of the memory and of the priming work.
+const primeSize = 8 << 10
+
 // tail is what a sync flush ends with and what RFC 7692 7.2.1 takes off
 // the end of each compressed message (and 7.2.2 puts back).
 var tail = [4]byte{0x00, 0x00, 0xff, 0xff}
@@ -114,16 +121,16 @@ func checkArgs(level, windowBits int) int {
 // under its send lock.
 //
 // Memory: without takeover, a Compressor holds nothing between messages
-// (a pooled compressor is lent for each message). With takeover, it holds
-// a pooled compressor from its first message until Idle, and after Idle
-// only the last 2^windowBits bytes it sent, which the next message uses
-// as a dictionary.
+// (a pooled compressor, about 1.2 MB, is lent for each message). With
+// takeover, it holds a pooled compressor from its first message until
+// Idle, and after Idle only the last 8 KiB it sent (less with a smaller
+// window), which the next message is primed with.
 type Compressor struct {
 	level    int
 	bits     int
 	takeover bool
 	w        *writer // lent while busy, with takeover only
-	win      window  // with takeover: the last 2^bits bytes compressed
+	win      window  // with takeover: the last bytes compressed, up to primeSize
 }
 
 // NewCompressor returns a compressor at level (BestSpeed to
@@ -137,7 +144,7 @@ func NewCompressor(level, windowBits int, takeover bool) *Compressor {
 	level = checkArgs(level, windowBits)
 	c := &Compressor{level: level, bits: windowBits, takeover: takeover}
 	if takeover {
-		c.win = newWindow(1 << windowBits)
+		c.win = newWindow(min(1<<windowBits, primeSize))
 	}
 	return c
 }
@@ -167,11 +174,12 @@ func (c *Compressor) Compress(dst, msg []byte) []byte {
 }
 
 // Idle tells the compressor that the connection went quiet: it gives its
-// pooled compressor back and keeps only its window. The next message
-// re-primes a compressor with that window, which costs about as much as
-// compressing 2^windowBits bytes, so call Idle when a connection has been
-// quiet for a while, not after every message. Without takeover it does
-// nothing.
+// pooled compressor back and keeps only the last 8 KiB it sent. The next
+// message primes a compressor with them, which costs about as much as
+// compressing 8 KiB. So Idle trades CPU for memory: called after every
+// message, a connection holds 8 KiB and each message pays the priming;
+// called after a quiet period, a busy connection holds a whole compressor.
+// Without takeover it does nothing.
 func (c *Compressor) Idle() {
 	if c.w == nil {
 		return
