@@ -141,20 +141,29 @@ func exchange(t *testing.T, addr string, raw []byte) (resp *http.Response, body 
 			t.Fatalf("reading the answer's body: %v", err)
 		}
 		body = string(b)
+		// A client closes once it has read a refusal, which ends the
+		// server's lingering close at once.
+		nc.Close()
 	}
 	return resp, body, nc
 }
 
-func TestAcceptAnswersEachHandshakeStatusInOrder(t *testing.T) {
+// handshakeStatusCase is one request and the answer a server must give it,
+// through Accept and through Upgrade alike.
+type handshakeStatusCase struct {
+	name       string
+	raw        []byte
+	opts       *AcceptOptions
+	status     int
+	header     [2]string // a header the answer must carry
+	bodyPrefix string
+}
+
+// handshakeStatusCases is the specification of the handshake rules' order
+// and answers that Accept and Upgrade share.
+func handshakeStatusCases() []handshakeStatusCase {
 	evil := "Origin: https://evil.example"
-	for _, tc := range []struct {
-		name       string
-		raw        []byte
-		opts       *AcceptOptions
-		status     int
-		header     [2]string // a header the answer must carry
-		bodyPrefix string
-	}{
+	return []handshakeStatusCase{
 		{"good request", handshakeBytes("GET"), nil, 101, [2]string{}, ""},
 		{"POST", handshakeBytes("POST"), nil, 405, [2]string{"Allow", "GET"}, "method \"POST\" is not GET"},
 		{"PUT without Upgrade, version 8, other origin", handshakeBytes("PUT", "Upgrade:", "Sec-WebSocket-Version: 8", evil), nil, 405, [2]string{"Allow", "GET"}, "method"},
@@ -189,46 +198,77 @@ func TestAcceptAnswersEachHandshakeStatusInOrder(t *testing.T) {
 		{"chunked body", append(handshakeBytes("GET", "Transfer-Encoding: chunked"), "5\r\nhello\r\n0\r\n\r\n"...), nil, 400, [2]string{}, "an upgrade request must not carry a body"},
 		{"body and other origin", append(handshakeBytes("GET", "Content-Length: 5", evil), "hello"...), nil, 403, [2]string{}, "Origin"},
 		{"empty body", handshakeBytes("GET", "Content-Length: 0"), nil, 101, [2]string{}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			conns := watchNewConns(t)
-			srv, results := acceptServer(t, tc.opts, nil, nil)
-			resp, body, _ := exchange(t, srv.Listener.Addr().String(), tc.raw)
-			got := <-results
-			if resp.StatusCode != tc.status {
-				t.Fatalf("status %d (body %q), want %d", resp.StatusCode, body, tc.status)
-			}
-			if tc.header[0] != "" && resp.Header.Get(tc.header[0]) != tc.header[1] {
-				t.Errorf("%s: %q, want %q", tc.header[0], resp.Header.Get(tc.header[0]), tc.header[1])
-			}
-			if tc.status == http.StatusSwitchingProtocols {
-				if got.err != nil || got.conn == nil {
-					t.Fatalf("Accept = %v, %v, want a connection", got.conn, got.err)
-				}
-				if a := resp.Header.Get("Sec-WebSocket-Accept"); a != rfcAccept {
-					t.Errorf("Sec-WebSocket-Accept %q, want %q", a, rfcAccept)
-				}
-				return
-			}
-			if !strings.HasPrefix(body, tc.bodyPrefix) {
-				t.Errorf("body %q, want it to start with %q", body, tc.bodyPrefix)
-			}
-			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-				t.Errorf("Content-Type %q, want text/plain", ct)
-			}
-			var he *HandshakeError
-			if !errors.As(got.err, &he) || he.Status != tc.status || !errors.Is(got.err, ErrBadHandshake) {
-				t.Fatalf("Accept error %v, want a *HandshakeError with status %d", got.err, tc.status)
-			}
-			if !strings.Contains(got.err.Error(), tc.bodyPrefix) {
-				t.Errorf("Accept error %q does not say %q", got.err, tc.bodyPrefix)
-			}
-			select {
-			case o := <-conns:
-				t.Fatalf("a refused request opened a connection (buffered %q)", o.buffered)
-			default:
-			}
-		})
+		{"HTTP/1.0", []byte(strings.Replace(string(handshakeBytes("GET")), "HTTP/1.1", "HTTP/1.0", 1)), nil, 400, [2]string{}, "HTTP version must be at least 1.1"},
+	}
+}
+
+// startServer starts a server that upgrades each connection with opts and
+// reports what Accept or Upgrade returned; it returns the server's address.
+type startServer func(t *testing.T, opts *AcceptOptions) (addr string, results <-chan accepted)
+
+func startAcceptServer(t *testing.T, opts *AcceptOptions) (string, <-chan accepted) {
+	srv, results := acceptServer(t, opts, nil, nil)
+	return srv.Listener.Addr().String(), results
+}
+
+// checkHandshakeStatus sends tc's request to a server start starts and
+// checks the answer and the result.
+func checkHandshakeStatus(t *testing.T, tc handshakeStatusCase, start startServer) {
+	t.Helper()
+	conns := watchNewConns(t)
+	opts := AcceptOptions{}
+	if tc.opts != nil {
+		opts = *tc.opts
+	}
+	var told []error
+	opts.OnHandshakeError = func(r *http.Request, err error) { told = append(told, err) }
+	addr, results := start(t, &opts)
+	resp, body, _ := exchange(t, addr, tc.raw)
+	got := <-results
+	if got.err != nil && (len(told) != 1 || told[0] != got.err) || got.err == nil && len(told) != 0 {
+		t.Errorf("OnHandshakeError told %v, want exactly the error returned (%v)", told, got.err)
+	}
+	if resp.StatusCode != tc.status {
+		t.Fatalf("status %d (body %q), want %d", resp.StatusCode, body, tc.status)
+	}
+	if tc.header[0] != "" && resp.Header.Get(tc.header[0]) != tc.header[1] {
+		t.Errorf("%s: %q, want %q", tc.header[0], resp.Header.Get(tc.header[0]), tc.header[1])
+	}
+	if tc.status == http.StatusSwitchingProtocols {
+		if got.err != nil || got.conn == nil {
+			t.Fatalf("got %v, %v, want a connection", got.conn, got.err)
+		}
+		if a := resp.Header.Get("Sec-WebSocket-Accept"); a != rfcAccept {
+			t.Errorf("Sec-WebSocket-Accept %q, want %q", a, rfcAccept)
+		}
+		return
+	}
+	if !strings.HasPrefix(body, tc.bodyPrefix) {
+		t.Errorf("body %q, want it to start with %q", body, tc.bodyPrefix)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type %q, want text/plain", ct)
+	}
+	if !resp.Close {
+		t.Errorf("the answer does not say Connection: close")
+	}
+	var he *HandshakeError
+	if !errors.As(got.err, &he) || he.Status != tc.status || !errors.Is(got.err, ErrBadHandshake) {
+		t.Fatalf("error %v, want a *HandshakeError with status %d", got.err, tc.status)
+	}
+	if !strings.Contains(got.err.Error(), tc.bodyPrefix) {
+		t.Errorf("error %q does not say %q", got.err, tc.bodyPrefix)
+	}
+	select {
+	case o := <-conns:
+		t.Fatalf("a refused request opened a connection (buffered %q)", o.buffered)
+	default:
+	}
+}
+
+func TestAcceptAnswersEachHandshakeStatusInOrder(t *testing.T) {
+	for _, tc := range handshakeStatusCases() {
+		t.Run(tc.name, func(t *testing.T) { checkHandshakeStatus(t, tc, startAcceptServer) })
 	}
 }
 

@@ -152,6 +152,7 @@ func validHeaderValue(v string) bool {
 // order, as received.
 type upgradeRequest struct {
 	method     string
+	oldHTTP    bool   // the request's HTTP version is below 1.1
 	host       string // the Host header
 	upgrade    []string
 	connection []string
@@ -162,13 +163,54 @@ type upgradeRequest struct {
 	hasBody    bool     // Content-Length > 0 or any Transfer-Encoding
 }
 
+// upgradeRequestOf gathers what the server's rules look at in r, a request
+// read by net/http (Accept) or by requestParser (Upgrade); both key headers
+// in canonical form ("Sec-Websocket-Key") and move Transfer-Encoding out of
+// the header.
+func upgradeRequestOf(r *http.Request) upgradeRequest {
+	return upgradeRequest{
+		method:     r.Method,
+		oldHTTP:    !r.ProtoAtLeast(1, 1),
+		host:       r.Host,
+		upgrade:    r.Header["Upgrade"],
+		connection: r.Header["Connection"],
+		key:        r.Header["Sec-Websocket-Key"],
+		version:    r.Header["Sec-Websocket-Version"],
+		origin:     r.Header["Origin"],
+		protocol:   r.Header["Sec-Websocket-Protocol"],
+		// A chunked body has ContentLength -1.
+		hasBody: r.ContentLength != 0 || len(r.TransferEncoding) > 0,
+	}
+}
+
 // refusal is the answer to a request the server declines: a status, a
-// short text for the body and the error, and header lines (name, value
-// pairs) the status calls for.
+// short text for the error (and for the body, unless body is set), and
+// header lines (name, value pairs) the status calls for. A refusal an
+// Authorize hook chose carries the hook's header and body as well.
 type refusal struct {
 	status  int
 	reason  string
 	headers []string
+	header  http.Header // the hook's headers, sent but for refusalManaged
+	body    *string     // the hook's body; nil means reason and a newline
+	byHook  bool        // the application decided, so it is not told again
+}
+
+// text returns the body of the refusal.
+func (rf *refusal) text() string {
+	if rf.body != nil {
+		return *rf.body
+	}
+	return rf.reason + "\n"
+}
+
+// refusalManaged are the headers of a refusal that rally sets itself,
+// whatever a hook's Rejection.Header says.
+var refusalManaged = map[string]bool{
+	"Connection":        true,
+	"Content-Length":    true,
+	"Transfer-Encoding": true,
+	"Upgrade":           true,
 }
 
 var (
@@ -183,6 +225,7 @@ var (
 // client's key, or the first rule broken:
 //
 //	405 the method is not GET (RFC 6455 4.2.1, item 1)
+//	400 the HTTP version is below 1.1 (item 1)
 //	400 Upgrade lacks websocket, Connection lacks upgrade, or the key is
 //	    missing, repeated or not 16 bytes in base64 (items 3, 4, 5)
 //	426 Sec-WebSocket-Version is missing or not 13 (item 6)
@@ -191,38 +234,41 @@ var (
 //	400 the request carries a body: its bytes must never be read as frames
 func (q *upgradeRequest) check(o *AcceptOptions) (key string, r *refusal) {
 	if q.method != http.MethodGet {
-		return "", &refusal{http.StatusMethodNotAllowed, fmt.Sprintf("method %q is not GET", q.method), allowGET}
+		return "", &refusal{status: http.StatusMethodNotAllowed, reason: fmt.Sprintf("method %q is not GET", q.method), headers: allowGET}
+	}
+	if q.oldHTTP {
+		return "", &refusal{status: http.StatusBadRequest, reason: "HTTP version must be at least 1.1"}
 	}
 	if !hasToken(q.upgrade, "websocket") {
-		return "", &refusal{http.StatusBadRequest, "Upgrade header does not contain websocket", nil}
+		return "", &refusal{status: http.StatusBadRequest, reason: "Upgrade header does not contain websocket"}
 	}
 	if !hasToken(q.connection, "upgrade") {
-		return "", &refusal{http.StatusBadRequest, "Connection header does not contain upgrade", nil}
+		return "", &refusal{status: http.StatusBadRequest, reason: "Connection header does not contain upgrade"}
 	}
 	switch {
 	case len(q.key) == 0:
-		return "", &refusal{http.StatusBadRequest, "Sec-WebSocket-Key is missing", nil}
+		return "", &refusal{status: http.StatusBadRequest, reason: "Sec-WebSocket-Key is missing"}
 	case len(q.key) > 1:
-		return "", &refusal{http.StatusBadRequest, "Sec-WebSocket-Key appears more than once", nil}
+		return "", &refusal{status: http.StatusBadRequest, reason: "Sec-WebSocket-Key appears more than once"}
 	}
 	key = strings.Trim(q.key[0], " \t")
 	if !validKey(key) {
-		return "", &refusal{http.StatusBadRequest, "Sec-WebSocket-Key is not 16 bytes in base64", nil}
+		return "", &refusal{status: http.StatusBadRequest, reason: "Sec-WebSocket-Key is not 16 bytes in base64"}
 	}
 	if len(q.version) != 1 || strings.Trim(q.version[0], " \t") != "13" {
-		return "", &refusal{http.StatusUpgradeRequired, "Sec-WebSocket-Version must be 13", version13}
+		return "", &refusal{status: http.StatusUpgradeRequired, reason: "Sec-WebSocket-Version must be 13", headers: version13}
 	}
 	if !o.InsecureSkipOriginCheck {
 		ok, err := originAllowed(q.origin, q.host, o.OriginPatterns)
 		if err != nil {
-			return "", &refusal{http.StatusInternalServerError, err.Error(), nil}
+			return "", &refusal{status: http.StatusInternalServerError, reason: err.Error()}
 		}
 		if !ok {
-			return "", &refusal{http.StatusForbidden, "Origin is not allowed", nil}
+			return "", &refusal{status: http.StatusForbidden, reason: "Origin is not allowed"}
 		}
 	}
 	if q.hasBody {
-		return "", &refusal{http.StatusBadRequest, "an upgrade request must not carry a body", nil}
+		return "", &refusal{status: http.StatusBadRequest, reason: "an upgrade request must not carry a body"}
 	}
 	return key, nil
 }
@@ -360,26 +406,72 @@ func appendSwitchingProtocols(b []byte, key, subprotocol string, extra http.Head
 		b = append(b, subprotocol...)
 		b = append(b, "\r\n"...)
 	}
-	if len(extra) > 0 {
-		for _, name := range slices.Sorted(maps.Keys(extra)) {
-			if responseManaged[http.CanonicalHeaderKey(name)] || !isToken(name) {
-				continue
-			}
-			for _, v := range extra[name] {
-				b = append(b, name...)
-				b = append(b, ": "...)
-				for i := 0; i < len(v); i++ {
-					c := v[i]
-					if c == '\r' || c == '\n' {
-						c = ' '
-					}
-					b = append(b, c)
+	b = appendHeaderLines(b, extra, responseManaged)
+	return append(b, "\r\n"...)
+}
+
+// appendHeaderLines appends h's lines in sorted order, but not those whose
+// canonical name skip lists or whose name is not a token. CR and LF in
+// values become spaces, as net/http does, so that no value can end its line
+// and inject a header of its own.
+func appendHeaderLines(b []byte, h http.Header, skip map[string]bool) []byte {
+	if len(h) == 0 {
+		return b
+	}
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if skip[http.CanonicalHeaderKey(name)] || !isToken(name) {
+			continue
+		}
+		for _, v := range h[name] {
+			b = append(b, name...)
+			b = append(b, ": "...)
+			for i := 0; i < len(v); i++ {
+				c := v[i]
+				if c == '\r' || c == '\n' {
+					c = ' '
 				}
-				b = append(b, "\r\n"...)
+				b = append(b, c)
 			}
+			b = append(b, "\r\n"...)
 		}
 	}
-	return append(b, "\r\n"...)
+	return b
+}
+
+// setHeader puts the headers of the answer to rf into h, which may hold
+// headers a handler set already: the hook's headers (but those rally
+// manages), the lines the status calls for, a plain-text Content-Type
+// unless the hook chose one, and Connection: close, because the client
+// meant to leave HTTP and what it sends next is no request.
+func (rf *refusal) setHeader(h http.Header) {
+	for name, values := range rf.header {
+		canonical := http.CanonicalHeaderKey(name)
+		if refusalManaged[canonical] || !isToken(name) {
+			continue
+		}
+		h[canonical] = slices.Clone(values)
+	}
+	for i := 0; i+1 < len(rf.headers); i += 2 {
+		h.Set(rf.headers[i], rf.headers[i+1])
+	}
+	if rf.body == nil || h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	h.Set("Connection", "close")
+}
+
+// appendRefusal appends the whole answer to rf, head and body, for a
+// connection rally answers itself (Upgrade).
+func appendRefusal(b []byte, rf *refusal) []byte {
+	h := http.Header{}
+	rf.setHeader(h)
+	body := rf.text()
+	b = fmt.Appendf(b, "HTTP/1.1 %d %s\r\nContent-Length: %d\r\n", rf.status, http.StatusText(rf.status), len(body))
+	b = appendHeaderLines(b, h, nil)
+	b = append(b, "\r\n"...)
+	return append(b, body...)
 }
 
 // secretQueryKeys are query parameters whose values redactURL hides,

@@ -263,6 +263,8 @@ func TestUpgradeRequestCheckAppliesRulesInOrder(t *testing.T) {
 		{"POST with everything else wrong", func(q *upgradeRequest) {
 			*q = upgradeRequest{method: "POST", origin: []string{"https://evil.example"}, hasBody: true}
 		}, 405},
+		{"HTTP/1.0 POST", func(q *upgradeRequest) { q.method, q.oldHTTP = "POST", true }, 405},
+		{"HTTP/1.0 without Upgrade", func(q *upgradeRequest) { q.oldHTTP, q.upgrade = true, nil }, 400},
 		{"no Upgrade, no key, version 8", func(q *upgradeRequest) { q.upgrade, q.key, q.version = nil, nil, []string{"8"} }, 400},
 		{"no Connection, version 8", func(q *upgradeRequest) { q.connection, q.version = nil, []string{"8"} }, 400},
 		{"short key, other origin", func(q *upgradeRequest) { q.key, q.origin = []string{"AAAA"}, []string{"https://evil.example"} }, 400},

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -95,6 +96,44 @@ type AcceptOptions struct {
 	// InsecureSkipOriginCheck accepts every Origin. Use it only when the
 	// server authenticates requests by other means than cookies.
 	InsecureSkipOriginCheck bool
+
+	// Authorize, when set, runs on each request that passed the handshake
+	// rules, before anything is answered. Returning a non-nil *Rejection
+	// refuses the request with the rejection's status, headers and body;
+	// otherwise data is attached to the connection (Conn.Data), e.g. the
+	// authenticated user. It runs on the goroutine of Accept or Upgrade.
+	Authorize func(r *http.Request) (data any, reject *Rejection)
+
+	// SelectSubprotocol, when set, chooses the subprotocol instead of
+	// Subprotocols: offered lists the client's offers in its order, and
+	// the result must be one of them, or "" for none. Choosing one the
+	// client did not offer is a server bug: the client gets 500.
+	SelectSubprotocol func(r *http.Request, offered []string) string
+
+	// ResponseHeader, when set, may add headers to the 101 response in h
+	// (for Accept, h is the ResponseWriter's header, holding what the
+	// handler set). Upgrade, Connection, Content-Length, Transfer-Encoding
+	// and the Sec-WebSocket-* headers are rally's and are not sent.
+	ResponseHeader func(r *http.Request, h http.Header)
+
+	// OnHandshakeError, when set, is told about every handshake that
+	// failed, once, with the error Accept or Upgrade returns: a request
+	// that broke a rule (malformed, oversized, too slow, ...) or an I/O
+	// failure. r is nil when Upgrade could not read a request. A refusal
+	// by Authorize is the application's own decision and is not reported.
+	OnHandshakeError func(r *http.Request, err error)
+
+	// HandshakeTimeout bounds how long Upgrade waits for the whole request
+	// head and takes to answer it (a defence against clients that send a
+	// request slowly to hold connections open). 0 means
+	// DefaultUpgradeTimeout. Accept leaves this to http.Server's
+	// ReadHeaderTimeout.
+	HandshakeTimeout time.Duration
+
+	// MaxHeaderBytes bounds the request head Upgrade reads: request line
+	// and headers. A longer head gets 431. 0 means DefaultMaxHeaderBytes.
+	// Accept leaves this to http.Server's MaxHeaderBytes.
+	MaxHeaderBytes int
 }
 
 // DialOptions configure Dial. A nil *DialOptions is valid.
@@ -116,8 +155,35 @@ type DialOptions struct {
 	HandshakeTimeout time.Duration
 
 	// NetDialContext, when set, opens the TCP connection (a custom dialer,
-	// a Unix socket, a test pipe).
+	// a Unix socket, a test pipe): to the server, or to the proxy when one
+	// is used.
 	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Proxy chooses the HTTP proxy for a connection, as in
+	// http.Transport: it gets a GET request for the URL's http or https
+	// form (ws becomes http, wss https) and returns the proxy's URL, or
+	// nil to connect directly. The connection goes through the proxy with
+	// CONNECT; the proxy URL's user and password are sent to the proxy as
+	// Basic credentials (Proxy-Authorization) and never appear in an
+	// error. Only http:// proxies are supported.
+	//
+	// nil means the environment, with the rules of
+	// http.ProxyFromEnvironment (HTTPS_PROXY for wss, HTTP_PROXY for ws,
+	// NO_PROXY, never a proxy for localhost or a loopback address) but
+	// read at each Dial. An explicit choice is always used:
+	// http.ProxyURL(u) sends every connection through u, loopback
+	// included. To ignore the environment, return nil, nil.
+	Proxy func(*http.Request) (*url.URL, error)
+
+	// FollowRedirects makes Dial follow redirects (301, 302, 303, 307,
+	// 308 with a Location), at most 10 in a row. Location may be a ws://,
+	// wss://, http:// or https:// URL or a reference relative to the URL
+	// redirected from. When the host, port or scheme changes, the
+	// Authorization and Cookie headers (and credentials from the URL) are
+	// not sent on, nor is a Host header. HandshakeTimeout covers the whole
+	// chain. Off by default: a redirect is a failed handshake whose
+	// response is returned.
+	FollowRedirects bool
 }
 
 // DefaultBufferLimit is how many bytes may wait in a connection's send
