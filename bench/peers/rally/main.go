@@ -26,8 +26,12 @@ func main() {
 	}}
 	var members room.Room[*rally.Conn]
 	chat := &rally.Server{
-		Open:  members.Join,
-		Close: func(c *rally.Conn, _ *rally.CloseError) { members.Leave(c) },
+		// A round of the 64 KiB chat queues 2 MiB per member; rally's
+		// default send buffer (1 MiB) would drop past it, Bun's (16 MiB)
+		// does not. The same limit keeps the comparison about speed.
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: 16 << 20}},
+		Open:    members.Join,
+		Close:   func(c *rally.Conn, _ *rally.CloseError) { members.Leave(c) },
 		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
 			pm, err := rally.NewPreparedMessage(typ, p)
 			if err != nil {
