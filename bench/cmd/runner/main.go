@@ -86,6 +86,7 @@ type options struct {
 	only      string
 	onlyPeers string
 	quick     bool
+	profile   string
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.StringVar(&o.only, "scenarios", "", "comma-separated scenario ids to run (default all)")
 	flag.StringVar(&o.onlyPeers, "peers", "", "comma-separated peer names to run (default all)")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 round of 0.5 s windows, 1000 idle connections, report in a temporary directory")
+	flag.StringVar(&o.profile, "profile", "", "instead of the comparison, run this scenario id on rally alone and save a CPU profile of the server in the charts directory")
 	flag.Parse()
 	if o.quick {
 		o.rounds, o.window, o.warmup, o.idleConns, o.idleHold = 1, 500*time.Millisecond, 200*time.Millisecond, 1000, 500*time.Millisecond
@@ -115,7 +117,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	do := run
+	if o.profile != "" {
+		do = profile
+	}
+	if err := do(ctx, o); err != nil {
 		fail(err)
 	}
 }

@@ -247,10 +247,7 @@ func (r *report) section(b *bytes.Buffer, sc scenario) {
 	if sc.Cfg.Scenario == loadgen.Chat {
 		unit = "deliveries"
 	}
-	one := strings.TrimSuffix(unit, "s")
-	if unit == "replies" {
-		one = "reply"
-	}
+	one := singular(unit)
 	fmt.Fprintf(b, "## %s\n\n", sc.Title)
 	var bars []bar
 	ref := r.rate(sc.ID, reference)
@@ -340,11 +337,33 @@ func (r *report) footer(b *bytes.Buffer) {
 		}
 	}
 	b.WriteString("- connect (handshakes per second) is available in `rally bench connect` but not part of this comparison.\n\n")
+	if tops, _ := filepath.Glob(filepath.Join(r.o.charts, "rally-*-top.txt")); len(tops) > 0 {
+		b.WriteString("## CPU profiles of rally\n\nTaken with `go run ./cmd/runner -profile SCENARIO` (rally alone, 5 s under the scenario's load; a separate run from the tables above):\n\n")
+		for _, t := range tops {
+			rel, err := filepath.Rel(filepath.Dir(r.o.out), t)
+			if err != nil {
+				rel = t
+			}
+			fmt.Fprintf(b, "- [%s](%s)\n", filepath.Base(t), filepath.ToSlash(rel))
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("## How each peer is written\n\nEach server lives in `bench/peers/` (Go) or `bench/node/` (JavaScript) and serves `/echo` and `/chat`.\n\n| peer | server |\n|---|---|\n")
 	for _, p := range r.peers {
 		fmt.Fprintf(b, "| %s | %s |\n", p.Name, p.How)
 	}
 	fmt.Fprintf(b, "\nRaw results of every window: `%s`.\n", filepath.ToSlash(filepath.Join("bench", r.o.charts, "peers.json")))
+}
+
+// singular turns the unit of a rate into the name of one of them.
+func singular(unit string) string {
+	switch unit {
+	case "replies":
+		return "reply"
+	case "deliveries":
+		return "delivery"
+	}
+	return strings.TrimSuffix(unit, "s")
 }
 
 func firstOr(list []string, def string) string {

@@ -9,10 +9,14 @@
 // fan-out: with it, deliveries stalled here (4 clients sending one message
 // per round: 328 deliveries/s instead of 78,880; 32 clients x 8: no round
 // completed in 0.5 s), reported on issue 8.
+//
+// It serves net/http/pprof beside /echo and /chat, for the runner's
+// -profile mode.
 package main
 
 import (
 	"net/http"
+	_ "net/http/pprof" // the runner's -profile reads the server's CPU profile
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/bench/internal/peerflag"
