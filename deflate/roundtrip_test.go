@@ -31,8 +31,8 @@ func TestCompressedMessagesInflateToTheOriginalWithEveryWindowAndTakeoverSetting
 					c := NewCompressor(level, bits, takeover)
 					d := NewDecompressor(bits, takeover)
 					var wire, out []byte
-					for i := range 60 {
-						msg := sample(uint64(i%7), []int{0, 1, 10, 200, 1024, 5000, 40000, 70000}[i%8])
+					for i := range 28 {
+						msg := sample(uint64(i%7), []int{0, 1, 10, 200, 1024, 5000, 40000}[i%7])
 						wire = c.Compress(wire[:0], msg)
 						var err error
 						out, err = d.Inflate(out[:0], wire, 0)
