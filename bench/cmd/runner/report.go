@@ -120,6 +120,7 @@ func (r *report) write() error {
 	var b bytes.Buffer
 	r.header(&b)
 	r.summary(&b)
+	r.targets(&b)
 	for _, sc := range r.scen {
 		if sc.Cfg.Scenario == loadgen.Idle {
 			r.idleSection(&b, sc)
@@ -240,6 +241,60 @@ func (r *report) summary(b *bytes.Buffer) {
 		fmt.Fprintf(b, " %s (%s/s) | %s |\n", name, loadgen.Count(top), ratio(r.rate(sc.ID, "rally"), top))
 	}
 	b.WriteString("\n")
+}
+
+// targets checks rally against the goals of issue 8: echo at least the
+// best Go peer and 0.9x raw TCP, chat at least Bun, CPU per message at
+// 16 B no more than Bun's, and at most 4 KiB of memory per idle connection.
+func (r *report) targets(b *bytes.Buffer) {
+	rally := r.cells[r.scen[0].ID]["rally"]
+	if rally == nil || rally.peer.Pending != "" {
+		return
+	}
+	b.WriteString("## rally against its targets\n\n| target | measured | met |\n|---|---|---|\n")
+	row := func(target, measured string, met bool) {
+		mark := "no"
+		if met {
+			mark = "yes"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", target, measured, mark)
+	}
+	for _, sc := range r.scen {
+		me := r.rate(sc.ID, "rally")
+		if math.IsNaN(me) {
+			continue
+		}
+		switch sc.Cfg.Scenario {
+		case loadgen.Echo:
+			name, top := "", math.NaN()
+			for _, p := range r.peers {
+				if p.Kind == "go" && !p.Verbatim && p.Name != "rally" {
+					if v := r.rate(sc.ID, p.Name); !math.IsNaN(v) && (math.IsNaN(top) || v > top) {
+						name, top = p.Name, v
+					}
+				}
+			}
+			raw := r.rate(sc.ID, "raw TCP")
+			row(sc.ID+": >= best Go peer and >= 0.9x raw TCP",
+				fmt.Sprintf("%s of %s, %s of raw TCP", ratio(me, top), name, ratio(me, raw)), me >= top && me >= 0.9*raw)
+		case loadgen.Chat:
+			bun := r.rate(sc.ID, "bun")
+			row(sc.ID+": >= Bun", ratio(me, bun)+" of Bun", me >= bun)
+		}
+	}
+	for _, id := range []string{"echo-16B-text", "chat-16B-text"} {
+		c, bun := r.cells[id]["rally"], r.cells[id]["bun"]
+		if c == nil || bun == nil || len(c.cpu) == 0 || len(bun.cpu) == 0 {
+			continue
+		}
+		me, them := median(c.cpu), median(bun.cpu)
+		row(id+": server CPU per message <= Bun", fmt.Sprintf("%s µs vs %s µs", micros(me), micros(them)), me <= them)
+	}
+	if c := r.cells["idle"]["rally"]; c != nil && len(c.perConn) > 0 {
+		me := median(c.perConn)
+		row("idle: <= 4 KiB of RSS per connection", bytesOf(me), me <= 4<<10)
+	}
+	b.WriteString("\nAllocations per message on rally's hot paths are checked by rally's own `go test -bench`, not here.\n\n")
 }
 
 func (r *report) section(b *bytes.Buffer, sc scenario) {
