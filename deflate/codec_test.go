@@ -192,25 +192,6 @@ func TestTakeoverMakesARepeatedMessageAlmostFree(t *testing.T) {
 	}
 }
 
-func TestDecompressorAt8BitsAcceptsTheNineBitWindowZlibUses(t *testing.T) {
-	c := NewCompressor(0, 9, true) // what zlib does when 8 bits were negotiated
-	d := NewDecompressor(8, true)
-	var wires, msgs [][]byte
-	for i := range 50 {
-		msg := sample(uint64(i%3), 300)
-		wire := c.Compress(nil, msg)
-		out, err := d.Inflate(nil, wire, 0)
-		if err != nil || !bytes.Equal(out, msg) {
-			t.Fatalf("message %d: %v", i, err)
-		}
-		d.Idle() // only the kept window carries history
-		wires, msgs = append(wires, wire), append(msgs, msg)
-	}
-	if _, dist, _ := oracleInflate(nil, withTails(wires...)); dist <= 256 {
-		t.Fatalf("farthest match %d: the test does not reach past 256 bytes", dist)
-	}
-}
-
 func TestInflateStopsAtTheLimitWith1009(t *testing.T) {
 	msg := sample(3, 100000)
 	wire := CompressOnce(nil, msg, 0, 15)

@@ -118,14 +118,15 @@ type Decompressor struct {
 // at most 2^windowBits bytes (8 to 15) and keeps context from one message
 // to the next if takeover is true. It panics on a window out of range.
 //
-// For windowBits 8 it keeps 512 bytes between messages, not 256: zlib
-// cannot compress with a 256-byte window and silently uses 512, and
-// zlib-based peers (browsers, npm ws) are the peers there are.
+// zlib-based senders (browsers, npm ws) asked for 8 bits compress with 9,
+// which zlib cannot avoid for raw DEFLATE; their matches still stay within
+// 250 bytes (zlib never reaches further than the window less 262 bytes),
+// so a 256-byte window holds them.
 func NewDecompressor(windowBits int, takeover bool) *Decompressor {
 	checkArgs(BestSpeed, windowBits)
 	d := &Decompressor{takeover: takeover}
 	if takeover {
-		d.win = newWindow(1 << max(windowBits, 9))
+		d.win = newWindow(1 << windowBits)
 	}
 	return d
 }

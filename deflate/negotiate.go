@@ -139,9 +139,9 @@ func bitsOr15(n int) int {
 // client_max_window_bits, and carries server_max_window_bits whenever the
 // offer did (RFC 7692 7.1.2.1).
 //
-// An 8-bit server window is honoured as such: this package's compressor
-// really keeps matches within 256 bytes (zlib cannot, and zlib-based
-// servers silently use 9 bits instead).
+// An 8-bit server window is honoured as such: the compressor keeps every
+// match within 256 bytes (zlib cannot compress raw DEFLATE with 8 bits and
+// uses 9, npm ws included).
 //
 // Negotiate returns an error for a header that does not parse (a server
 // answers 400, as npm ws does) or for a cfg that fails Validate. It is safe
