@@ -23,31 +23,28 @@ import (
 // https:// are taken as their aliases; ports default to 80 and 443) and
 // performs the opening handshake. A nil opts is valid.
 //
-// The handshake, from the TCP connect through TLS to the 101 response, is
-// bounded by opts.HandshakeTimeout (DefaultHandshakeTimeout when 0) and by
-// ctx; ctx ending later does not affect the open connection. On a timeout
-// the error wraps context.DeadlineExceeded.
+// The handshake, from the first connect through a proxy's tunnel, TLS and
+// any redirects to the 101 response, is bounded by opts.HandshakeTimeout
+// (DefaultHandshakeTimeout when 0) and by ctx; ctx ending later does not
+// affect the open connection. On a timeout the error wraps
+// context.DeadlineExceeded.
 //
-// Dial writes the request itself: opts.Header's lines (a "Host" value there
-// replaces the URL's host in the Host header; headers the handshake owns,
-// such as Upgrade or Sec-WebSocket-Protocol, are an error there), the
-// subprotocols offered in opts.Subprotocols, and a Basic Authorization made
-// from the URL's user and password unless opts.Header has Authorization.
-// For wss, opts.TLSConfig is cloned, its ServerName defaults to the URL's
-// host and its NextProtos is set to http/1.1, the only protocol a WebSocket
-// upgrade runs over.
+// The connection goes through the HTTP proxy opts.Proxy chooses (by
+// default the one the environment names, never for loopback addresses;
+// see DialOptions.Proxy). Redirects are followed only when
+// opts.FollowRedirects is set.
 //
-// The response must be 101 with Upgrade: websocket, Connection: upgrade,
-// the right Sec-WebSocket-Accept, at most one subprotocol and only one that
-// was offered, and no Sec-WebSocket-Extensions (none are offered). Bytes
-// the server sent after the 101 are the start of the WebSocket stream.
+// The user and password of the URL, if any, are sent as Basic
+// credentials unless opts.Header has an Authorization of its own.
 //
-// On success Dial returns the connection and the 101 response (Body empty).
-// When the server answered but the handshake failed, it returns the
-// response (status, headers and a Body holding at most its first 1 KiB)
-// together with a *HandshakeError. Otherwise (bad URL or option, network
-// or TLS failure, timeout) the response is nil. Every error names the URL
-// with credentials hidden (see HandshakeError) and is returned once.
+// It returns the open connection and the server's 101 response (Body
+// empty). When the server, or the proxy, answered but the handshake
+// failed, it returns the response (status, headers and a Body holding at
+// most its first 1 KiB) together with a *HandshakeError. Otherwise (bad
+// URL or option, network or TLS failure, timeout) the response is nil.
+// Every failure is one error, returned once; it names the URL with
+// credentials hidden (see HandshakeError), and never shows a proxy's
+// credentials either.
 func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.Response, error) {
 	if opts == nil {
 		opts = &DialOptions{}
@@ -56,15 +53,8 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	if err != nil {
 		return nil, nil, err
 	}
-	where := redactURL(u)
-	fail := func(err error) error { return fmt.Errorf("rally: dial %s: %w", where, err) }
 	if err := checkSubprotocols(opts.Subprotocols); err != nil {
-		return nil, nil, fail(err)
-	}
-	key := newKey()
-	request, err := appendRequest(make([]byte, 0, 512), u, key, opts)
-	if err != nil {
-		return nil, nil, fail(err)
+		return nil, nil, fmt.Errorf("rally: dial %s: %w", redactURL(u), err)
 	}
 
 	timeout := opts.HandshakeTimeout
@@ -74,6 +64,56 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout,
 		fmt.Errorf("opening handshake took longer than %v: %w", timeout, context.DeadlineExceeded))
 	defer cancel()
+
+	header := opts.Header
+	for redirects := 0; ; redirects++ {
+		c, resp, err := dialOnce(ctx, u, secure, header, opts)
+		location := ""
+		var he *HandshakeError
+		if opts.FollowRedirects && errors.As(err, &he) && !he.byProxy && isRedirect(he.Status) {
+			location = resp.Header.Get("Location")
+		}
+		if location == "" {
+			return c, resp, err
+		}
+		where := redactURL(u)
+		if redirects == maxRedirects {
+			return nil, resp, &HandshakeError{
+				Status:   resp.StatusCode,
+				Reason:   fmt.Sprintf("stopped after %d redirects", maxRedirects),
+				URL:      where,
+				Response: resp,
+			}
+		}
+		next, nextSecure, err := redirectTarget(u, location)
+		if err != nil {
+			return nil, resp, &HandshakeError{Status: resp.StatusCode, Reason: err.Error(), URL: where, Response: resp}
+		}
+		if sameOrigin(u, secure, next, nextSecure) {
+			if next.User == nil {
+				next.User = u.User
+			}
+		} else {
+			header = withoutCredentials(header)
+		}
+		u, secure = next, nextSecure
+	}
+}
+
+// dialOnce performs one opening handshake with u, through a proxy if one
+// is chosen for it, sending header's lines, within ctx.
+func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, opts *DialOptions) (*Conn, *http.Response, error) {
+	where := redactURL(u)
+	fail := func(err error) error { return fmt.Errorf("rally: dial %s: %w", where, err) }
+	key := newKey()
+	request, err := appendRequest(make([]byte, 0, 512), u, key, header, opts.Subprotocols)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
+	proxy, err := proxyFor(opts, u, secure)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
 	// ctxErr prefers the reason the context ended over the I/O error it
 	// caused (a dial canceled, a read past a deadline).
 	ctxErr := func(err error) error {
@@ -88,11 +128,18 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 		dial = (&net.Dialer{}).DialContext
 	}
 	addr := hostPortOf(u, secure)
-	raw, err := dial(ctx, "tcp", addr)
+	dialAddr := addr
+	if proxy != nil {
+		dialAddr = proxyAddr(proxy)
+	}
+	raw, err := dial(ctx, "tcp", dialAddr)
 	if err == nil && raw == nil {
 		err = errors.New("DialOptions.NetDialContext returned no connection and no error")
 	}
 	if err != nil {
+		if proxy != nil {
+			err = fmt.Errorf("connecting to proxy %s: %w", redactURL(proxy), err)
+		}
 		return nil, nil, fail(ctxErr(err))
 	}
 	// From here on, ctx ending interrupts whatever I/O is in progress.
@@ -103,6 +150,17 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	}
 
 	nc := raw
+	if proxy != nil {
+		var resp *http.Response
+		nc, resp, err = openTunnel(raw, proxy, addr)
+		if err != nil {
+			abort()
+			if resp != nil {
+				return nil, resp, &HandshakeError{Status: resp.StatusCode, Reason: err.Error(), URL: where, Response: resp, byProxy: true}
+			}
+			return nil, nil, fail(ctxErr(err))
+		}
+	}
 	if secure {
 		cfg := opts.TLSConfig.Clone()
 		if cfg == nil {
@@ -112,7 +170,7 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 			cfg.ServerName = u.Hostname()
 		}
 		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(raw, cfg)
+		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			abort()
 			return nil, nil, fail(ctxErr(err))
@@ -125,7 +183,10 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 		return nil, nil, fail(ctxErr(fmt.Errorf("sending the request: %w", err)))
 	}
 	br := bufio.NewReader(nc)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet, URL: u})
+	// The request in the response carries the URL without its user.
+	shown := *u
+	shown.User = nil
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet, URL: &shown})
 	if err != nil {
 		abort()
 		if ctx.Err() != nil {
@@ -138,7 +199,7 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 		abort()
 		return nil, resp, &HandshakeError{
 			Status:   resp.StatusCode,
-			Reason:   fmt.Sprintf("server answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode)),
+			Reason:   refusedReason(resp, u, opts.FollowRedirects),
 			URL:      where,
 			Response: resp,
 		}
@@ -167,40 +228,73 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	return startConn(nc, buffered, false, subprotocol, &opts.ConnOptions), resp, nil
 }
 
+// refusedReason says what the server answered instead of 101; for a
+// redirect that is not followed, where to (credentials hidden) and why.
+func refusedReason(resp *http.Response, u *url.URL, following bool) string {
+	reason := fmt.Sprintf("server answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	if !isRedirect(resp.StatusCode) {
+		return reason
+	}
+	location := resp.Header.Get("Location")
+	if location == "" {
+		return reason + " without a Location"
+	}
+	if ref, err := url.Parse(location); err == nil {
+		reason += " redirecting to " + redactURL(u.ResolveReference(ref))
+	}
+	if !following {
+		reason += " (DialOptions.FollowRedirects is off)"
+	}
+	return reason
+}
+
 // parseDialURL parses a WebSocket URL and reports whether it is secure
 // (wss). Its errors never quote the URL: a malformed one cannot be redacted
 // reliably, and url.Parse's own errors may quote a piece of the password.
 func parseDialURL(rawURL string) (*url.URL, bool, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		why := "it cannot be parsed"
-		var esc url.EscapeError
-		var host url.InvalidHostError
-		switch {
-		case errors.As(err, &esc):
-			why = "it has an invalid %-escape"
-		case errors.As(err, &host):
-			why = "its host has an invalid character"
-		}
-		return nil, false, fmt.Errorf("rally: dial: malformed URL (not shown, it may hold credentials): %s", why)
+		return nil, false, fmt.Errorf("rally: dial: malformed URL (not shown, it may hold credentials): %s", whyMalformed(err))
 	}
-	fail := func(why string) error { return fmt.Errorf("rally: dial %s: %s", redactURL(u), why) }
-	var secure bool
+	if u.Fragment != "" || u.RawFragment != "" {
+		// RFC 6455 3: fragments are meaningless in a WebSocket URI.
+		return nil, false, fmt.Errorf("rally: dial %s: URL must not have a fragment", redactURL(u))
+	}
+	secure, err := checkDialURL(u)
+	if err != nil {
+		return nil, false, fmt.Errorf("rally: dial %s: %w", redactURL(u), err)
+	}
+	return u, secure, nil
+}
+
+// whyMalformed says what url.Parse found wrong, without its text, which
+// may quote part of a password.
+func whyMalformed(err error) string {
+	var esc url.EscapeError
+	var host url.InvalidHostError
+	switch {
+	case errors.As(err, &esc):
+		return "it has an invalid %-escape"
+	case errors.As(err, &host):
+		return "its host has an invalid character"
+	}
+	return "it cannot be parsed"
+}
+
+// checkDialURL checks the scheme and the host of a URL to dial, and
+// reports whether it is secure (wss or https).
+func checkDialURL(u *url.URL) (secure bool, err error) {
 	switch u.Scheme {
 	case "ws", "http":
 	case "wss", "https":
 		secure = true
 	default:
-		return nil, false, fail("scheme must be ws, wss, http or https")
+		return false, errors.New("scheme must be ws, wss, http or https")
 	}
-	switch {
-	case u.Host == "" || u.Hostname() == "":
-		return nil, false, fail("URL has no host")
-	case u.Fragment != "" || u.RawFragment != "":
-		// RFC 6455 3: fragments are meaningless in a WebSocket URI.
-		return nil, false, fail("URL must not have a fragment")
+	if u.Host == "" || u.Hostname() == "" {
+		return false, errors.New("URL has no host")
 	}
-	return u, secure, nil
+	return secure, nil
 }
 
 // hostPortOf returns the address to dial for u: its host with the port it
@@ -238,16 +332,16 @@ var requestManaged = map[string]string{
 }
 
 // appendRequest appends the whole opening handshake request (RFC 6455 4.1)
-// to b. Its errors name a header but never quote a value, which may be a
+// for u with header's lines, offering subprotocols, to b. Its errors name a header but never quote a value, which may be a
 // credential.
-func appendRequest(b []byte, u *url.URL, key string, opts *DialOptions) ([]byte, error) {
+func appendRequest(b []byte, u *url.URL, key string, header http.Header, subprotocols []string) ([]byte, error) {
 	target := u.RequestURI()
 	if !validHeaderValue(target) || strings.IndexByte(target, ' ') >= 0 {
 		return nil, errors.New("URL path or query holds a space or a control character")
 	}
 	host := u.Host
 	hasAuthorization := false
-	for name, values := range opts.Header {
+	for name, values := range header {
 		canonical := http.CanonicalHeaderKey(name)
 		if why, ok := requestManaged[canonical]; ok {
 			return nil, fmt.Errorf("header %s is not allowed in DialOptions.Header: %s", canonical, why)
@@ -278,14 +372,14 @@ func appendRequest(b []byte, u *url.URL, key string, opts *DialOptions) ([]byte,
 	b = append(b, "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: "...)
 	b = append(b, key...)
 	b = append(b, "\r\nSec-WebSocket-Version: 13\r\n"...)
-	for i, p := range opts.Subprotocols {
+	for i, p := range subprotocols {
 		if i == 0 {
 			b = append(b, "Sec-WebSocket-Protocol: "...)
 		} else {
 			b = append(b, ", "...)
 		}
 		b = append(b, p...)
-		if i == len(opts.Subprotocols)-1 {
+		if i == len(subprotocols)-1 {
 			b = append(b, "\r\n"...)
 		}
 	}
@@ -295,11 +389,11 @@ func appendRequest(b []byte, u *url.URL, key string, opts *DialOptions) ([]byte,
 		b = base64.StdEncoding.AppendEncode(b, []byte(u.User.Username()+":"+password))
 		b = append(b, "\r\n"...)
 	}
-	for _, name := range slices.Sorted(maps.Keys(opts.Header)) {
+	for _, name := range slices.Sorted(maps.Keys(header)) {
 		if http.CanonicalHeaderKey(name) == "Host" {
 			continue
 		}
-		for _, v := range opts.Header[name] {
+		for _, v := range header[name] {
 			b = append(b, name...)
 			b = append(b, ": "...)
 			b = append(b, v...)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -466,6 +467,7 @@ func TestDialRefusesBadURLsAndOptionsBeforeConnecting(t *testing.T) {
 func TestDialErrorsNeverShowCredentials(t *testing.T) {
 	const secret = "SECRET"
 	secretHeader := http.Header{"Authorization": {"Bearer SECRET-3"}, "Cookie": {"sess=SECRET-4"}}
+	t.Setenv("HTTP_PROXY", "http://euser-SECRET-27:epw-SECRET-28@env-proxy.rally.test:3128")
 	userinfo := "user-SECRET-0:pw-SECRET-1@"
 	query := "?room=1&token=SECRET-2&access_token=SECRET-5&api_key=SECRET-6&key=SECRET-7&password=SECRET-8"
 
@@ -495,11 +497,46 @@ func TestDialErrorsNeverShowCredentials(t *testing.T) {
 		io.Copy(io.Discard, br)
 	})
 
+	// Proxies, with credentials of their own: one that refuses, one that
+	// is no HTTP server, one that closes at once, one that never answers,
+	// and one that tunnels to a server redirecting elsewhere.
+	via := func(addr string) func(*http.Request) (*url.URL, error) {
+		return http.ProxyURL(&url.URL{Scheme: "http", User: url.UserPassword("puser-SECRET-20", "ppw-SECRET-21"), Host: addr})
+	}
+	proxyRefusing, _ := answeringServer(t, func(*http.Request) []byte {
+		return []byte("HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\nContent-Length: 0\r\n\r\n")
+	})
+	proxyClosing := rawServer(t, func(nc net.Conn, br *bufio.Reader) { readHead(br) })
+	redirecting := newHub(t, false)
+	far := redirecting.named("far", "ws://far-user:far-SECRET-22@"+closedAddr+"/?token=SECRET-23")
+	bad := redirecting.named("bad", "ws://u:SECRET-24@rally.test/%zz")
+	loop := redirecting.named("loop", "/named/loop?token=SECRET-25")
+	tunnel, _ := fakeProxy(t, func(host string) string {
+		if strings.HasPrefix(host, "hub.rally.test:") {
+			return redirecting.srv.Listener.Addr().String()
+		}
+		return host
+	})
+
 	for _, tc := range []struct {
 		name string
 		url  string
 		opts DialOptions
 	}{
+		{"proxy at a closed port", "ws://" + userinfo + "rally.test/" + query, DialOptions{Proxy: via(closedAddr)}},
+		{"proxy refusing", "ws://" + userinfo + "rally.test/" + query, DialOptions{Proxy: via(proxyRefusing)}},
+		{"proxy echoing", "ws://" + userinfo + "rally.test/" + query, DialOptions{Proxy: via(echo)}},
+		{"proxy closing", "ws://" + userinfo + "rally.test/" + query, DialOptions{Proxy: via(proxyClosing)}},
+		{"proxy silent", "ws://" + userinfo + "rally.test/" + query, DialOptions{Proxy: via(silent), HandshakeTimeout: 20 * time.Millisecond}},
+		{"proxy of another scheme", "ws://" + userinfo + "rally.test/" + query, DialOptions{Proxy: http.ProxyURL(&url.URL{Scheme: "socks5", User: url.UserPassword("u", "SECRET-26"), Host: "h:1"})}},
+		{"proxy from the environment", "ws://" + userinfo + "env.rally.test/" + query, DialOptions{NetDialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("refused")
+		}}},
+		{"redirect to a closed port", "ws://" + userinfo + redirecting.srv.Listener.Addr().String() + far + query, DialOptions{FollowRedirects: true}},
+		{"redirect to a bad URL", "ws://" + userinfo + redirecting.srv.Listener.Addr().String() + bad + query, DialOptions{FollowRedirects: true}},
+		{"redirect loop", "ws://" + userinfo + redirecting.srv.Listener.Addr().String() + loop + query, DialOptions{FollowRedirects: true}},
+		{"redirect not followed", "ws://" + userinfo + redirecting.srv.Listener.Addr().String() + far + query, DialOptions{}},
+		{"redirect through a proxy", "ws://" + userinfo + "hub.rally.test" + far + query, DialOptions{FollowRedirects: true, Proxy: via(tunnel)}},
 		{"closed port", "ws://" + userinfo + closedAddr + "/" + query, DialOptions{}},
 		{"401", "ws://" + userinfo + refusing + "/" + query, DialOptions{}},
 		{"wrong accept", "ws://" + userinfo + badAccept + "/" + query, DialOptions{}},
@@ -529,9 +566,18 @@ func TestDialErrorsNeverShowCredentials(t *testing.T) {
 				t.Fatal("Dial returned no error")
 			}
 			for e := err; e != nil; e = errors.Unwrap(e) {
-				if strings.Contains(e.Error(), secret) {
+				text := e.Error()
+				if strings.Contains(text, secret) {
 					t.Fatalf("error text shows a secret: %s", e)
 				}
+				for _, pair := range []string{"user-SECRET-0:pw-SECRET-1", "puser-SECRET-20:ppw-SECRET-21", "far-user:far-SECRET-22"} {
+					if strings.Contains(text, base64.StdEncoding.EncodeToString([]byte(pair))) {
+						t.Fatalf("error text shows Basic credentials: %s", e)
+					}
+				}
+			}
+			if strings.Count(err.Error(), "rally:") != 1 {
+				t.Errorf("error %q is not one error", err)
 			}
 			t.Log(err)
 		})

@@ -18,6 +18,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // RFC 6455 1.3: the GUID appended to Sec-WebSocket-Key before hashing.
@@ -31,10 +32,11 @@ var ErrBadHandshake = errors.New("rally: bad opening handshake")
 // HandshakeError is an opening handshake that broke a rule of RFC 6455
 // section 4 (or of rally's policy, such as the origin check).
 //
-// Accept returns one for each request it refuses, after it has answered the
-// client with Status and a short plain-text body saying what was wrong.
-// Dial returns one when the server answered but not with a valid 101; the
-// same *http.Response is also Dial's second result.
+// Accept and Upgrade return one for each request they refuse, after they
+// have answered the client with Status and a short plain-text body saying
+// what was wrong. Dial returns one when the server answered but not with a
+// valid 101, or when the proxy refused the tunnel (Reason then names the
+// proxy); the same *http.Response is also Dial's second result.
 //
 // Its text never contains a URL's user name or password, a credential in
 // the URL's query, or a header value.
@@ -48,14 +50,18 @@ type HandshakeError struct {
 	// missing" or "server answered 401 Unauthorized".
 	Reason string
 
-	// URL is the URL Dial connected to, with user, password and query
-	// credentials replaced by "xxxxx". It is empty for Accept.
+	// URL is the URL Dial connected to (after redirects, the last one),
+	// with user, password and query credentials replaced by "xxxxx". It is
+	// empty for Accept and Upgrade.
 	URL string
 
-	// Response is the server's answer to Dial: status, headers, and a Body
-	// holding at most the first 1 KiB of the response body (already read;
-	// the connection is closed). It is nil for Accept, and when Status is 0.
+	// Response is the server's (or the proxy's) answer to Dial: status,
+	// headers, and a Body holding at most the first 1 KiB of the response
+	// body (already read; the connection is closed). It is nil for Accept
+	// and Upgrade, and when Status is 0.
 	Response *http.Response
+
+	byProxy bool // the proxy answered, not the server
 }
 
 // Error names the side, the URL (Dial) or the status sent (Accept), and
@@ -526,12 +532,14 @@ func redactQuery(q string) string {
 
 // testHookNewConn, when a test sets it, sees each connection a handshake
 // opened and the bytes read past the handshake, just as newConn gets them.
-var testHookNewConn func(nc net.Conn, buffered []byte, server bool)
+// It is atomic because a server of one test may still be finishing a
+// handshake when the next test sets the hook.
+var testHookNewConn atomic.Pointer[func(nc net.Conn, buffered []byte, server bool)]
 
 // startConn hands a connection whose handshake succeeded to newConn.
 func startConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *ConnOptions) *Conn {
-	if testHookNewConn != nil {
-		testHookNewConn(nc, buffered, server)
+	if hook := testHookNewConn.Load(); hook != nil {
+		(*hook)(nc, buffered, server)
 	}
 	return newConn(nc, buffered, server, subprotocol, o)
 }
