@@ -1,0 +1,426 @@
+package rally_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/rawpeer"
+)
+
+// The tests of this file stop a raw peer from reading, so that the
+// kernel's socket buffers fill and rally's non-blocking Send has to queue,
+// then let it read again. They check what a user sees: the status of each
+// send, BufferedAmount, the buffer-limit policy (drop, or close with 1008
+// or 1013), OnDrain, and every accepted message arriving whole, in order,
+// with its frame type.
+
+// numbered is message seq of a backpressure test: "seq:<n>:" padded with
+// the letter of n to size bytes. Every third message is Text, the others
+// Binary, so that a frame type lost in the queue shows.
+func numbered(seq, size int) (rally.MessageType, []byte) {
+	b := []byte("seq:" + strconv.Itoa(seq) + ":")
+	if len(b) < size {
+		b = append(b, bytes.Repeat([]byte{'a' + byte(seq%26)}, size-len(b))...)
+	}
+	if seq%3 == 0 {
+		return rally.Text, b
+	}
+	return rally.Binary, b
+}
+
+// The rally side of these tests gets a small socket send buffer and the
+// peer a small receive buffer, so that the kernel pushes back after a few
+// dozen KiB instead of megabytes (both buffers otherwise grow to several
+// MiB), and stops taking more soon after the peer stops reading.
+const testSocketBuffer = 32 << 10
+
+// stopReading makes the peer's socket take little before it pushes back.
+// The peer then simply does not read until the test lets it.
+func stopReading(p *rawpeer.Peer) {
+	if tc, ok := p.NetConn().(*net.TCPConn); ok {
+		tc.SetReadBuffer(testSocketBuffer)
+	}
+}
+
+// smallSendBuffers gives every connection it accepts a small send buffer.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(testSocketBuffer)
+	}
+	return nc, err
+}
+
+// serveSmall is serve with small send buffers on the server's side.
+func serveSmall(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(h)
+	ts.Listener = smallSendBuffers{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts.Listener.Addr().String()
+}
+
+// stalledSides runs f against a server connection (Accept) and a client
+// connection (Dial), each with opts and a small send buffer, and a raw
+// peer that reads only when f makes it; masked says whether that side's
+// frames are masked on the wire.
+func stalledSides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool)) {
+	t.Run("Server", func(t *testing.T) {
+		conns := make(chan *rally.Conn, 1)
+		addr := serveSmall(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, err := rally.Accept(w, r, &rally.AcceptOptions{ConnOptions: opts}); err == nil {
+				conns <- c
+			}
+		}))
+		p := dialPeer(t, addr)
+		select {
+		case c := <-conns:
+			t.Cleanup(func() { c.CloseNow() })
+			stopReading(p)
+			f(t, c, p, false)
+		case <-time.After(wireTimeout):
+			t.Fatal("Accept did not return a connection")
+		}
+	})
+	t.Run("Client", func(t *testing.T) {
+		var d net.Dialer
+		c, p := dialRaw(t, &rally.DialOptions{ConnOptions: opts,
+			NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				nc, err := d.DialContext(ctx, network, addr)
+				if tc, ok := nc.(*net.TCPConn); ok {
+					tc.SetWriteBuffer(testSocketBuffer)
+				}
+				return nc, err
+			}})
+		stopReading(p)
+		f(t, c, p, true)
+	})
+}
+
+// servedStalled starts a Server s (its Open and Close are set here)
+// behind small send buffers, connects a raw peer and returns the served
+// connection, the peer and what the Server's Close saw.
+func servedStalled(t *testing.T, s *rally.Server) (*rally.Conn, *rawpeer.Peer, *recorder) {
+	t.Helper()
+	rec := newRecorder()
+	opened := make(chan *rally.Conn, 1)
+	s.Open = func(c *rally.Conn) { opened <- c }
+	s.Close = rec.close
+	p := dialPeer(t, serveSmall(t, s))
+	stopReading(p)
+	select {
+	case c := <-opened:
+		return c, p, rec
+	case <-time.After(wireTimeout):
+		t.Fatal("Server.Open was not called")
+		return nil, nil, nil
+	}
+}
+
+// expectNumbered reads one frame and fails unless it is message seq of
+// size bytes, final, with its type, masked when the sender is a client.
+func expectNumbered(t *testing.T, p *rawpeer.Peer, seq, size int, masked bool) {
+	t.Helper()
+	f, err := p.ReadFrame()
+	if err != nil {
+		t.Fatalf("reading message %d: %v", seq, err)
+	}
+	typ, want := numbered(seq, size)
+	if f.Opcode != byte(typ) || !f.Fin || f.Masked != masked || !bytes.Equal(f.Payload, want) {
+		got := f.Payload
+		if len(got) > 16 {
+			got = got[:16]
+		}
+		t.Fatalf("message %d: opcode %#x fin %v masked %v, %d bytes starting %q; want opcode %#x, fin, masked %v, %d bytes starting %q",
+			seq, f.Opcode, f.Fin, f.Masked, len(f.Payload), got, byte(typ), masked, len(want), want[:min(16, len(want))])
+	}
+}
+
+// drainCounter is an OnDrain that counts its calls and signals each one.
+type drainCounter struct {
+	n    atomic.Int32
+	each chan struct{}
+}
+
+func newDrainCounter() *drainCounter { return &drainCounter{each: make(chan struct{}, 16)} }
+
+func (d *drainCounter) onDrain(*rally.Conn) {
+	d.n.Add(1)
+	d.each <- struct{}{}
+}
+
+// waitFor waits until OnDrain has been called n times in all.
+func (d *drainCounter) waitFor(t *testing.T, n int32) {
+	t.Helper()
+	timeout := time.After(wireTimeout)
+	for d.n.Load() < n {
+		select {
+		case <-d.each:
+		case <-timeout:
+			t.Fatalf("OnDrain called %d times after the peer caught up, want %d", d.n.Load(), n)
+		}
+	}
+}
+
+func TestSendTurnsQueuedWhenThePeerStopsReadingAndEveryMessageArrivesInOrderOnceItReads(t *testing.T) {
+	const size = 4 << 10
+	const extra = 20 // sends after the first Queued
+	drains := map[bool]*drainCounter{false: newDrainCounter(), true: newDrainCounter()}
+	var side atomic.Bool // which counter the connection being tested uses
+	opts := rally.ConnOptions{BufferLimit: -1, OnDrain: func(c *rally.Conn) { drains[side.Load()].onDrain(c) }}
+	stalledSides(t, opts, func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool) {
+		side.Store(masked)
+		drained := drains[masked]
+		seq := 0
+		for ; ; seq++ {
+			if seq > 20_000 {
+				t.Fatal("the socket buffers never filled")
+			}
+			st, err := c.Send(numbered(seq, size))
+			if err != nil {
+				t.Fatalf("Send %d: %v", seq, err)
+			}
+			if st == rally.Queued {
+				break
+			}
+			if st != rally.Sent {
+				t.Fatalf("Send %d = %v before any backpressure, want sent", seq, st)
+			}
+			if n := c.BufferedAmount(); n != 0 {
+				t.Fatalf("BufferedAmount = %d after Send %d returned sent, want 0", n, seq)
+			}
+		}
+		if n := c.BufferedAmount(); n <= 0 {
+			t.Fatalf("BufferedAmount = %d after Send returned queued", n)
+		}
+		// More sends wait behind the first. (Should the kernel take the
+		// whole queue meanwhile, a send may go straight out again, and that
+		// episode of backpressure ends with a drain of its own.)
+		episodes := 1
+		for range extra {
+			seq++
+			emptied := c.BufferedAmount() == 0
+			st, err := c.Send(numbered(seq, size))
+			if err != nil || !(st == rally.Queued || st == rally.Sent && emptied) {
+				t.Fatalf("Send %d behind a queue = %v, %v; want queued", seq, st, err)
+			}
+			if emptied {
+				episodes++
+			}
+		}
+		if n := c.BufferedAmount(); n <= 0 {
+			t.Fatalf("BufferedAmount = %d after %d queued sends", n, extra)
+		}
+		if n := drained.n.Load(); n >= int32(episodes) {
+			t.Fatalf("OnDrain called %d times while the peer was not reading", n)
+		}
+
+		for i := 0; i <= seq; i++ {
+			expectNumbered(t, p, i, size, masked)
+		}
+		drained.waitFor(t, int32(episodes))
+		if n := c.BufferedAmount(); n != 0 {
+			t.Fatalf("BufferedAmount = %d once drained, want 0", n)
+		}
+		// The queue is empty again: the next send goes straight out.
+		seq++
+		if st, err := c.Send(numbered(seq, size)); st != rally.Sent || err != nil {
+			t.Fatalf("Send after the drain = %v, %v; want sent", st, err)
+		}
+		expectNumbered(t, p, seq, size, masked)
+		if n := drained.n.Load(); n != int32(episodes) {
+			t.Fatalf("OnDrain called %d times for %d episodes of backpressure, want once each", n, episodes)
+		}
+	})
+}
+
+func TestSendPastTheBufferLimitIsDroppedAndTheRestArrivesInOrder(t *testing.T) {
+	const size = 1 << 10
+	const limit = 64 << 10
+	drained := newDrainCounter()
+	s := &rally.Server{
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: limit}},
+		Drain:   drained.onDrain,
+	}
+	c, p, _ := servedStalled(t, s)
+
+	var accepted []int
+	queued := false
+	seq := 0
+	for ; ; seq++ {
+		if seq > 100_000 {
+			t.Fatal("no send was ever dropped")
+		}
+		st, err := c.Send(numbered(seq, size))
+		if err != nil {
+			t.Fatalf("Send %d: %v (a send dropped by the limit has a nil error)", seq, err)
+		}
+		if n := c.BufferedAmount(); n > limit {
+			t.Fatalf("BufferedAmount = %d after Send %d, past the limit of %d", n, seq, limit)
+		}
+		if st == rally.Dropped {
+			if !queued {
+				t.Fatalf("Send %d dropped before any send was queued", seq)
+			}
+			break
+		}
+		if st == rally.Queued {
+			queued = true
+		}
+		accepted = append(accepted, seq)
+	}
+	// Whatever is offered now, the queue stays within the limit, and so
+	// does the memory behind it. (A message may still be accepted when the
+	// kernel took the whole queue meanwhile.)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 64 << 10 { // 64 MiB offered
+		seq++
+		st, err := c.Send(numbered(seq, size))
+		if err != nil {
+			t.Fatalf("Send %d: %v", seq, err)
+		}
+		if st != rally.Dropped {
+			accepted = append(accepted, seq)
+		}
+		if n := c.BufferedAmount(); n > limit {
+			t.Fatalf("BufferedAmount = %d past the limit of %d", n, limit)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 16<<20 {
+		t.Fatalf("the heap grew by %d bytes while 64 MiB were offered to a full queue", grew)
+	}
+	t.Logf("%d of %d messages accepted", len(accepted), seq+1)
+
+	for _, s := range accepted {
+		expectNumbered(t, p, s, size, false)
+	}
+	drained.waitFor(t, 1)
+	// The connection carries on: the next message is the next frame, so no
+	// dropped one slipped through.
+	seq++
+	if st, err := c.Send(numbered(seq, size)); st != rally.Sent || err != nil {
+		t.Fatalf("Send after the drain = %v, %v; want sent", st, err)
+	}
+	expectNumbered(t, p, seq, size, false)
+	if n := drained.n.Load(); n < 1 {
+		t.Fatalf("OnDrain called %d times, want at least once", n)
+	}
+}
+
+func TestSendPastTheBufferLimitClosesThePeerWhenThePolicySaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code uint16 // BufferLimitCloseCode
+		want uint16
+	}{
+		{"WithPolicyViolation1008ByDefault", 0, rally.ClosePolicyViolation},
+		{"WithTryAgainLater1013", rally.CloseTryAgainLater, rally.CloseTryAgainLater},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 1 << 10
+			c, p, rec := servedStalled(t, &rally.Server{
+				Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
+					BufferLimit:          32 << 10,
+					BufferLimitAction:    rally.CloseConnection,
+					BufferLimitCloseCode: tc.code,
+					CloseTimeout:         wireTimeout,
+				}},
+			})
+
+			var accepted []int
+			for seq := 0; ; seq++ {
+				if seq > 100_000 {
+					t.Fatal("the limit was never reached")
+				}
+				st, err := c.Send(numbered(seq, size))
+				if st == rally.Dropped {
+					if err != nil {
+						t.Fatalf("the send that crossed the limit: %v, want a nil error", err)
+					}
+					break
+				}
+				accepted = append(accepted, seq)
+			}
+			st, err := c.Send(rally.Text, []byte("after the limit"))
+			if st != rally.Dropped || !errors.Is(err, rally.ErrClosed) {
+				t.Fatalf("Send once the limit closed the connection = %v, %v; want dropped, ErrClosed", st, err)
+			}
+
+			// What was accepted still leaves, then the close frame.
+			for _, s := range accepted {
+				expectNumbered(t, p, s, size, false)
+			}
+			f, err := p.ReadFrame()
+			if err != nil {
+				t.Fatalf("reading the close frame: %v", err)
+			}
+			code, reason, ok := rawpeer.ParseClose(f.Payload)
+			if f.Opcode != rawpeer.OpClose || !ok || code != tc.want {
+				t.Fatalf("after the accepted messages: opcode %#x body %x, want a close frame with %d", f.Opcode, f.Payload, tc.want)
+			}
+			checkCloseFrame(t, f)
+			t.Logf("close reason: %q", reason)
+			if err := p.WriteFrame(rawpeer.Close(tc.want, "")); err != nil {
+				t.Fatal(err)
+			}
+			p.ExpectEOF(t) // the server closes TCP first (RFC 6455 7.1.1)
+			p.Close()
+			if ce := rec.waitClose(t); ce.Code != tc.want {
+				t.Fatalf("Server.Close got code %d, want %d", ce.Code, tc.want)
+			}
+		})
+	}
+}
+
+func TestCloseAfterQueuedSendsSendsTheCloseFrameBehindThem(t *testing.T) {
+	const size = 4 << 10
+	c, p, rec := servedStalled(t, &rally.Server{
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: -1, CloseTimeout: wireTimeout}},
+	})
+	seq := 0
+	for ; ; seq++ {
+		if seq > 20_000 {
+			t.Fatal("the socket buffers never filled")
+		}
+		if st, err := c.Send(numbered(seq, size)); err != nil || st == rally.Dropped {
+			t.Fatalf("Send %d = %v, %v", seq, st, err)
+		} else if st == rally.Queued {
+			break
+		}
+	}
+	if err := c.Close(rally.CloseNormal, "bye"); err != nil {
+		t.Fatalf("Close on a served connection: %v", err)
+	}
+	if st, err := c.Send(rally.Text, []byte("too late")); st != rally.Dropped || !errors.Is(err, rally.ErrClosed) {
+		t.Fatalf("Send after Close = %v, %v; want dropped, ErrClosed", st, err)
+	}
+	for i := 0; i <= seq; i++ {
+		expectNumbered(t, p, i, size, false)
+	}
+	wantWire(t, p, "88 05 03 e8 62 79 65") // close 1000 "bye"
+	if err := p.WriteFrame(rawpeer.Close(rally.CloseNormal, "")); err != nil {
+		t.Fatal(err)
+	}
+	p.ExpectEOF(t)
+	p.Close()
+	if ce := rec.waitClose(t); ce.Code != rally.CloseNormal {
+		t.Fatalf("Server.Close got %v, want code 1000", ce)
+	}
+}
