@@ -395,3 +395,37 @@ func TestCodecsAllocateNothingInSteadyState(t *testing.T) {
 		}
 	}
 }
+
+func TestTakeoverStreamCrossesTheCopyLimitBothWays(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	c := NewCompressor(0, 15, true)
+	d := NewDecompressor(15, true)
+	for i := range 12 {
+		// Random hex digits compress to about half: more than maxCopy.
+		big := make([]byte, 3*maxCopy)
+		for k := range big {
+			big[k] = "0123456789abcdef"[r.IntN(16)]
+		}
+		text := sample(uint64(i), 2000)
+		big = append(big, text...)
+		// A large message read in place, then small ones that refer back
+		// into it and are copied, then the large one again.
+		msgs := [][]byte{big, text, sample(uint64(i+1), 500), big}
+		for k, m := range msgs {
+			wire := c.Compress(nil, m)
+			if (k == 0 || k == 3) && len(wire) <= maxCopy {
+				t.Fatalf("the large message compressed to %d bytes, within the copy limit", len(wire))
+			}
+			if k == 1 && len(wire) > 100 {
+				t.Fatalf("the repeat took %d bytes: it does not refer back", len(wire))
+			}
+			out, err := d.Inflate(nil, wire, 0)
+			if err != nil || !bytes.Equal(out, m) {
+				t.Fatalf("round %d, message %d: %d bytes, %v", i, k, len(out), err)
+			}
+		}
+		if i%4 == 3 {
+			d.Idle()
+		}
+	}
+}

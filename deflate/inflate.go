@@ -1,6 +1,7 @@
 package deflate
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"sync"
@@ -33,13 +34,22 @@ func (e *corruptError) Unwrap() []error { return []error{ErrCorrupt, e.err} }
 // ends: the next message continues its stream without a reset.
 const readSize = 1<<15 + 1
 
-// inflater is a flate decoder with its input and output buffers. It is
-// pooled and lent for one message, or, with context takeover, while the
-// connection is busy.
+// maxCopy is the largest payload copied, with its tail, into the inflater:
+// klauspost/compress decodes from a *bytes.Reader two to three times as
+// fast as from another io.ByteReader. Larger payloads are read in place,
+// so that a huge message is not held twice.
+const maxCopy = 64 << 10
+
+// inflater is a flate decoder with its input and output buffers, about
+// 150 KB. It is pooled and lent for one message, or, with context
+// takeover, while the connection is busy.
 type inflater struct {
-	fr  io.ReadCloser
-	src source
-	buf [readSize]byte
+	fr     io.ReadCloser
+	copied bool         // fr reads from br (else from src)
+	br     bytes.Reader // reads in
+	in     []byte       // a payload up to maxCopy and its tail
+	src    source       // a larger payload, in place
+	buf    [readSize]byte
 }
 
 var inflaters sync.Pool
@@ -49,22 +59,48 @@ func getInflater() *inflater {
 	if in, ok := inflaters.Get().(*inflater); ok {
 		return in
 	}
-	in := new(inflater)
-	in.fr = flate.NewReader(&in.src)
+	in := &inflater{copied: true}
+	in.fr = flate.NewReader(&in.br)
 	return in
 }
 
-func (in *inflater) restart(dict []byte) {
+// restart starts a new DEFLATE stream with dict as history, reading from
+// br when copied, else from src.
+func (in *inflater) restart(dict []byte, copied bool) {
+	var r io.Reader = &in.src
+	if copied {
+		r = &in.br
+	}
+	in.copied = copied
 	// flate readers always implement Resetter, and Reset never fails.
-	_ = in.fr.(flate.Resetter).Reset(&in.src, dict)
+	_ = in.fr.(flate.Resetter).Reset(r, dict)
+}
+
+// feed makes msg, then the tail RFC 7692 7.2.2 puts back, the input.
+func (in *inflater) feed(msg []byte) {
+	if in.copied {
+		in.in = append(append(in.in[:0], msg...), tail[:]...)
+		in.br.Reset(in.in)
+	} else {
+		in.src = source{msg: msg}
+	}
+}
+
+// consumed reports whether the decoder has read all of the input.
+func (in *inflater) consumed() bool {
+	if in.copied {
+		return in.br.Len() == 0
+	}
+	return in.src.i == len(in.src.msg) && in.src.t == len(tail)
 }
 
 func putInflater(in *inflater) {
+	in.br.Reset(nil)
 	in.src = source{}
 	inflaters.Put(in)
 }
 
-// source reads one message and then the tail RFC 7692 7.2.2 appends.
+// source reads a payload in place, then the tail.
 type source struct {
 	msg []byte
 	i   int // next byte of msg
@@ -96,15 +132,13 @@ func (s *source) Read(p []byte) (int, error) {
 	return n + k, nil
 }
 
-func (s *source) exhausted() bool { return s.i == len(s.msg) && s.t == len(tail) }
-
 // Decompressor inflates the messages of one direction of one connection,
 // in the order they arrive. It is not safe for concurrent use: the
 // connection's reader calls it.
 //
 // Memory: without context takeover, a Decompressor holds nothing between
 // messages (a pooled decoder is lent for each message). With takeover, it
-// holds a pooled decoder (about 75 KiB) from its first message until Idle,
+// holds a pooled decoder (about 150 KB) from its first message until Idle,
 // and after Idle only the last 2^windowBits bytes it inflated, which start
 // the next message's history.
 type Decompressor struct {
@@ -152,15 +186,16 @@ func (d *Decompressor) Inflate(dst, msg []byte, limit int64) ([]byte, error) {
 		in = getInflater()
 		d.restart = true
 	}
-	if d.restart {
+	copied := len(msg) <= maxCopy
+	if d.restart || in.copied != copied {
 		var dict []byte
 		if d.takeover {
 			dict = d.win.copyTo(in.buf[:]) // Reset copies it out at once
 		}
-		in.restart(dict)
+		in.restart(dict, copied)
 		d.restart = false
 	}
-	in.src = source{msg: msg}
+	in.feed(msg)
 	start := len(dst)
 	for {
 		n, err := in.fr.Read(in.buf[:])
@@ -177,7 +212,7 @@ func (d *Decompressor) Inflate(dst, msg []byte, limit int64) ([]byte, error) {
 		}
 		switch {
 		case err == nil:
-			if !in.src.exhausted() {
+			if !in.consumed() {
 				continue
 			}
 			// The input ended just after the decoder handed out what the
@@ -187,7 +222,7 @@ func (d *Decompressor) Inflate(dst, msg []byte, limit int64) ([]byte, error) {
 			// A final block (RFC 7692 7.2.3.3): the next message starts a
 			// new block stream on the same history.
 			d.restart = true
-		case errors.Is(err, io.ErrUnexpectedEOF) && in.src.exhausted():
+		case errors.Is(err, io.ErrUnexpectedEOF) && in.consumed():
 			// The decoder looked for another block past the end of the
 			// message (or the data stopped inside a block, which zlib
 			// accepts too).
@@ -198,7 +233,6 @@ func (d *Decompressor) Inflate(dst, msg []byte, limit int64) ([]byte, error) {
 		}
 		break
 	}
-	in.src = source{}
 	if d.takeover {
 		d.in = in
 	} else {
