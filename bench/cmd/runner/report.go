@@ -153,7 +153,7 @@ func (r *report) header(b *bytes.Buffer) {
 	busy := r.busyRange()
 	fmt.Fprintf(b, "**Other work on the machine:** in the measured windows, processes other than the server and the load generator "+
 		"kept %s of the machine busy (median %.0f%%, max %.0f%%). The column *other work* gives it per peer; a window with much "+
-		"other work measures the peer low, and interleaving spreads that over all peers.\n\n", busy.label, busy.median, busy.max)
+		"other work measures the peer low, and interleaving spreads that over all peers.%s\n\n", busy.label, busy.median, busy.max, busy.note)
 	fmt.Fprintf(b, "## Machine and versions\n\n| | |\n|---|---|\n")
 	for _, kv := range machine() {
 		fmt.Fprintf(b, "| %s | %s |\n", kv[0], kv[1])
@@ -184,7 +184,7 @@ func (r *report) flagsUsed() string {
 }
 
 type busyStats struct {
-	label       string
+	label, note string
 	median, max float64
 }
 
@@ -205,7 +205,8 @@ func (r *report) busyRange() busyStats {
 	case s.median < 25:
 		s.label = "a noticeable share"
 	default:
-		s.label = "a large share (the machine was shared with other work)"
+		s.label = "a large share"
+		s.note = " The machine was shared with other work during this run: read the ratios, not the absolute rates."
 	}
 	return s
 }
