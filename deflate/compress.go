@@ -156,7 +156,11 @@ func NewCompressor(level, windowBits int, takeover bool) *Compressor {
 //
 // With context takeover the output must be sent, even if it is larger than
 // msg: the compressor's history now holds msg. Without takeover the caller
-// may send msg uncompressed instead.
+// may send msg uncompressed instead. Under either, a message the connection
+// does not pass to Compress may go out uncompressed (RSV1 clear): it is not
+// part of the stream. klauspost/compress stores inputs below about 17
+// bytes as they are, 6 bytes larger, so such messages are best sent
+// uncompressed even with takeover.
 func (c *Compressor) Compress(dst, msg []byte) []byte {
 	if !c.takeover {
 		w := getWriter(c.level, c.bits, nil)
