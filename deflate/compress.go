@@ -121,7 +121,7 @@ func checkArgs(level, windowBits int) int {
 // under its send lock.
 //
 // Memory: without takeover, a Compressor holds nothing between messages
-// (a pooled compressor, about 1.2 MB, is lent for each message). With
+// (a pooled compressor, about 1 MB, is lent for each message). With
 // takeover, it holds a pooled compressor from its first message until
 // Idle, and after Idle only the last 8 KiB it sent (less with a smaller
 // window), which the next message is primed with.

@@ -17,8 +17,8 @@ var (
 	ErrTooBig error = &frame.ProtocolError{Code: frame.CloseTooBig, Rule: "inflated message larger than the read limit"}
 	// ErrCorrupt is wrapped, together with the DEFLATE decoder's own error,
 	// by the error Inflate returns for a message that is not valid DEFLATE
-	// data. It is a *frame.ProtocolError with close code 1007 (RFC 7692
-	// 8: an inflate error is invalid payload data).
+	// data. It is a *frame.ProtocolError with close code 1007 (invalid
+	// payload data), the code npm ws closes with on an inflate error.
 	ErrCorrupt error = &frame.ProtocolError{Code: frame.CloseInvalidPayload, Rule: "compressed message is not valid deflate data"}
 )
 
@@ -266,8 +266,9 @@ func grow(dst []byte, n, start int, limit int64) []byte {
 }
 
 // Idle tells the decompressor that the connection went quiet: it gives its
-// pooled decoder back and keeps only its window, which the next message
-// copies into a lent decoder. Without takeover it does nothing.
+// pooled decoder back and keeps only the last 2^windowBits bytes it
+// inflated, which the next message copies into a lent decoder (a copy of
+// at most 32 KiB). Without takeover it does nothing.
 func (d *Decompressor) Idle() {
 	if d.in == nil {
 		return

@@ -73,7 +73,7 @@ type ServerConfig struct {
 }
 
 // ClientConfig is what a client offers. The zero value offers
-// "permessage-deflate; client_max_window_bits", as browsers do: context
+// "permessage-deflate; client_max_window_bits", as Chrome does: context
 // takeover both ways, 15-bit windows, and the server may limit the
 // client's window.
 type ClientConfig struct {
@@ -92,15 +92,15 @@ type ClientConfig struct {
 	ClientMaxWindowBits int
 }
 
-// Validate reports whether the window bits are 0 or 8 to 15. Call it when
-// the configuration is set, so that Negotiate fails only on a client's
-// header.
+// Validate returns an error unless both window bits are 0 or 8 to 15. Call
+// it when the configuration is set, so that Negotiate fails only on a
+// client's header.
 func (c ServerConfig) Validate() error {
 	return validateBits(c.ServerMaxWindowBits, c.ClientMaxWindowBits)
 }
 
-// Validate reports whether the window bits are 0 or 8 to 15. Offer and
-// Accept use 15 in place of a value out of range.
+// Validate returns an error unless both window bits are 0 or 8 to 15.
+// Offer and Accept use 15 in place of a value out of range.
 func (c ClientConfig) Validate() error {
 	return validateBits(c.ServerMaxWindowBits, c.ClientMaxWindowBits)
 }
@@ -139,9 +139,8 @@ func bitsOr15(n int) int {
 // client_max_window_bits, and carries server_max_window_bits whenever the
 // offer did (RFC 7692 7.1.2.1).
 //
-// An 8-bit server window is honoured as such: the compressor keeps every
-// match within 256 bytes (zlib cannot compress raw DEFLATE with 8 bits and
-// uses 9, npm ws included).
+// An 8-bit server window is honoured: the compressor keeps every match
+// within 256 bytes.
 //
 // Negotiate returns an error for a header that does not parse (a server
 // answers 400, as npm ws does) or for a cfg that fails Validate. It is safe
