@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -224,15 +225,24 @@ func TestRunStopsEarlyWhenTheContextEnds(t *testing.T) {
 	s := startServer(t, echoReply)
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/"), Conns: 2, Duration: time.Hour, Warmup: -1}
-	cfg.Progress = func(loadgen.Progress) {}
+	measuring := make(chan struct{}, 1)
+	cfg.Progress = func(p loadgen.Progress) {
+		if p.Phase == "measuring" {
+			select {
+			case measuring <- struct{}{}:
+			default:
+			}
+		}
+	}
 	done := make(chan *loadgen.Result)
 	go func() {
-		res, _ := loadgen.Run(ctx, cfg)
+		res, err := loadgen.Run(ctx, cfg)
+		if err != nil {
+			t.Error(err)
+		}
 		done <- res
 	}()
-	for len(s.room()) < 2 {
-		runtime.Gosched()
-	}
+	<-measuring
 	cancel()
 	res := <-done
 	if res == nil || res.WindowSeconds >= 3600 {
@@ -287,11 +297,11 @@ func TestMainPrintsJSONAndWritesASelfContainedHTMLReport(t *testing.T) {
 func TestMainPrintsASummaryWithRateLatencyAndErrors(t *testing.T) {
 	s := startServer(t, echoReply)
 	var out, errOut bytes.Buffer
-	code := loadgen.Main([]string{"--duration=200ms", "echo", "--warmup", "0", s.url("/")}, &out, &errOut)
+	code := loadgen.Main([]string{"--duration=200ms", "echo", "--warmup", "0", s.url("/"), "--server-pid", strconv.Itoa(os.Getpid())}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errOut.String())
 	}
-	for _, want := range []string{"replies/s", "p50", "p99", "errors    0"} {
+	for _, want := range []string{"replies/s", "p50", "p99", "errors    0", "CPU per reply,"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}

@@ -169,7 +169,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 	if s := r.Server; s != nil {
 		fmt.Fprintf(w, "  server    pid %d: %.0f%% CPU", s.PID, s.CPUPercent)
 		if r.Idle == nil && s.CPUMicrosPerMessage > 0 {
-			fmt.Fprintf(w, ", %.2f us CPU per %s", s.CPUMicrosPerMessage, strings.TrimSuffix(r.Unit, "s"))
+			fmt.Fprintf(w, ", %.2f us CPU per %s", s.CPUMicrosPerMessage, singular(r.Unit))
 		}
 		fmt.Fprintf(w, ", RSS %s (peak %s)\n", Bytes(s.RSSBytes), Bytes(s.PeakRSSBytes))
 	}
@@ -177,6 +177,17 @@ func (r *Result) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "  machine   loadgen used %.0f%% of a core; other work kept %.0f%% of the machine busy\n",
 			100*r.Machine.LoadgenCPUSeconds/max(r.WindowSeconds, 1e-9), r.Machine.OtherBusyPercent)
 	}
+}
+
+// singular names one of a Result's Unit.
+func singular(unit string) string {
+	switch unit {
+	case "replies":
+		return "reply"
+	case "deliveries":
+		return "delivery"
+	}
+	return strings.TrimSuffix(unit, "s")
 }
 
 // Count formats a rate or count with thousands separators.
