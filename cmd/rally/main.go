@@ -50,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return loadgen.Main(args[1:], stdout, stderr)
 	case "conform":
 		return conform.Main(args[1:], stdout, stderr)
+	case "cat":
+		return cat(args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

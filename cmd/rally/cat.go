@@ -1,0 +1,448 @@
+package main
+
+// rally cat: an interactive WebSocket client (and, with --listen, server)
+// in the spirit of wscat and websocat.
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rallyws/rally"
+)
+
+const catUsage = `Usage: rally cat [flags] URL
+       rally cat [flags] --listen ADDR
+
+Connects to the WebSocket server at URL (ws://, wss://, http://, https://).
+Each line read from stdin is sent as a text message; each message received
+is printed on stdout: text as it is, binary as hex after a [binary N bytes]
+marker. Connection events, the close code and reason, and errors go to
+stderr. Flags may come before or after the URL.
+
+With -x, the given messages are sent instead of stdin's lines. The session
+ends when the input ends (stdin's end, or after the -x messages) and -w
+seconds have passed, or when the server closes; then rally cat closes with
+1000 and waits for the server's answer.
+
+With --listen, it is a server instead: it accepts WebSocket connections on
+any path, prints what every client sends, sends each stdin line (or the -x
+messages, to each client as it connects) and, when the input ends and -w
+seconds have passed, closes every connection with 1001 and exits. Pages
+from localhost may connect; pages from other origins get 403.
+
+Exit status: 0 when the session ended normally (this side closed it, or
+the server closed with 1000 or without a code), 1 when it failed (the
+handshake failed, the connection broke, the server closed with another
+code), 2 for wrong usage, 130 after an interrupt.
+
+HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read as Go's net/http reads them
+(never for localhost or loopback addresses); --proxy is always used.
+
+Flags:
+`
+
+// listFlag is a flag that may be given several times.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ", ") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// catConfig is what the command line of rally cat asks for.
+type catConfig struct {
+	url          string
+	execute      listFlag
+	wait         time.Duration
+	header       http.Header
+	subprotocols listFlag
+	binary       bool
+	insecure     bool
+	proxy        *url.URL
+	listen       string
+}
+
+// cat runs rally cat with args (after "cat") and returns its exit status.
+func cat(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	out := &lockedWriter{w: stdout}
+	errOut := &lockedWriter{w: stderr}
+	cfg, status := parseCat(args, errOut)
+	if status >= 0 {
+		return status
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if cfg.listen != "" {
+		return catListen(ctx, cfg, stdin, out, errOut)
+	}
+	return catDial(ctx, cfg, stdin, out, errOut)
+}
+
+// parseCat reads the command line. It returns the status to exit with
+// when the command must not run (help: 0, wrong usage: 2), or -1.
+func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
+	cfg := &catConfig{header: http.Header{}}
+	fs := flag.NewFlagSet("rally cat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var headers listFlag
+	var wait float64
+	var proxy string
+	var compress bool
+	fs.Var(&cfg.execute, "x", "send `MSG` (repeatable), instead of reading stdin")
+	fs.Float64Var(&wait, "w", 0, "after the input ends, wait `SECONDS` for replies before closing")
+	fs.Var(&headers, "H", "add the request header `'Name: value'` (repeatable; with --listen, to the 101 response)")
+	fs.Var(&cfg.subprotocols, "subprotocol", "offer (with --listen: speak) the subprotocol `NAME` (repeatable)")
+	fs.BoolVar(&cfg.binary, "binary", false, "send binary messages instead of text")
+	fs.BoolVar(&cfg.insecure, "insecure", false, "accept any TLS certificate (self-signed servers)")
+	fs.StringVar(&proxy, "proxy", "", "connect through the HTTP proxy at `URL` (http://[user:password@]host:port)")
+	fs.BoolVar(&compress, "compress", false, "offer permessage-deflate (not supported yet)")
+	fs.StringVar(&cfg.listen, "listen", "", "be a server listening on `ADDR` (host:port) instead of a client")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, catUsage)
+		fs.PrintDefaults()
+	}
+
+	// Flags may follow the URL: parse, take one argument, parse the rest.
+	var positional []string
+	rest := args
+	if i := slices.Index(rest, "--"); i >= 0 {
+		positional = append(positional, rest[i+1:]...)
+		rest = rest[:i]
+	}
+	var urls []string
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, 0
+			}
+			return nil, 2
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		urls = append(urls, rest[0])
+		rest = rest[1:]
+	}
+	urls = append(urls, positional...)
+
+	usage := func(format string, a ...any) (*catConfig, int) {
+		fmt.Fprintf(stderr, "rally cat: "+format+"\n", a...)
+		fmt.Fprintln(stderr, "Run 'rally cat --help' for usage.")
+		return nil, 2
+	}
+	switch {
+	case compress:
+		return usage("--compress: permessage-deflate is not supported yet")
+	case len(urls) > 1:
+		return usage("one URL at most, got %d arguments", len(urls))
+	case len(urls) == 1 && cfg.listen != "":
+		return usage("give a URL or --listen, not both")
+	case len(urls) == 0 && cfg.listen == "":
+		return usage("missing URL (or --listen ADDR)")
+	case wait < 0:
+		return usage("-w must not be negative")
+	}
+	if len(urls) == 1 {
+		cfg.url = urls[0]
+	}
+	cfg.wait = time.Duration(wait * float64(time.Second))
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return usage("-H wants 'Name: value', got %q", h)
+		}
+		cfg.header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	if proxy != "" {
+		u, err := url.Parse(proxy)
+		if err != nil || u.Host == "" {
+			// The value is not shown: it may hold a password.
+			return usage("--proxy wants a URL such as http://host:port")
+		}
+		cfg.proxy = u
+	}
+	return cfg, -1
+}
+
+// messageType is the type of the messages this side sends.
+func (cfg *catConfig) messageType() rally.MessageType {
+	if cfg.binary {
+		return rally.Binary
+	}
+	return rally.Text
+}
+
+// catDial is rally cat as a client.
+func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stderr io.Writer) int {
+	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols}
+	if cfg.insecure {
+		opts.TLSConfig = &tls.Config{InsecureSkipVerify: true}
+	}
+	if cfg.proxy != nil {
+		opts.Proxy = http.ProxyURL(cfg.proxy)
+	}
+	c, resp, err := rally.Dial(ctx, cfg.url, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "rally cat: %s\n", strings.TrimPrefix(err.Error(), "rally: "))
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			fmt.Fprintf(stderr, "HTTP status: %s\n", resp.Status)
+			if body, _ := io.ReadAll(resp.Body); len(body) > 0 {
+				fmt.Fprintf(stderr, "response body: %s\n", strings.TrimSpace(strings.ToValidUTF8(string(body), "?")))
+			}
+		}
+		if ctx.Err() != nil {
+			return 130
+		}
+		return 1
+	}
+	fmt.Fprintf(stderr, "connected%s\n", subprotocolNote(c))
+
+	ended := make(chan *rally.CloseError, 1)
+	go func() {
+		for {
+			typ, p, err := c.Read(context.Background())
+			if err != nil {
+				ended <- closeErrorOf(err)
+				return
+			}
+			printMessage(stdout, typ, p)
+		}
+	}()
+
+	inputDone := make(chan struct{})
+	go func() {
+		defer close(inputDone)
+		send := func(msg []byte) bool {
+			if err := c.Write(context.Background(), cfg.messageType(), msg); err != nil {
+				if !errors.Is(err, rally.ErrClosed) {
+					fmt.Fprintf(stderr, "rally cat: sending: %v\n", err)
+				}
+				return false
+			}
+			return true
+		}
+		if len(cfg.execute) > 0 {
+			for _, m := range cfg.execute {
+				if !send([]byte(m)) {
+					return
+				}
+			}
+			return
+		}
+		sc := bufio.NewScanner(stdin)
+		sc.Buffer(make([]byte, 0, 64<<10), rally.DefaultReadLimit)
+		for sc.Scan() {
+			if !send(sc.Bytes()) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			fmt.Fprintf(stderr, "rally cat: reading stdin: %v\n", err)
+		}
+	}()
+
+	var waited <-chan time.Time
+	input := (<-chan struct{})(inputDone)
+	for {
+		select {
+		case ce := <-ended:
+			return reportServerClose(stderr, ce)
+		case <-input:
+			input = nil
+			timer := time.NewTimer(cfg.wait)
+			defer timer.Stop()
+			waited = timer.C
+		case <-waited:
+			return closeAndReport(c, ended, stderr, rally.CloseNormal, 0)
+		case <-ctx.Done():
+			return closeAndReport(c, ended, stderr, rally.CloseGoingAway, 130)
+		}
+	}
+}
+
+// closeAndReport closes c with code, waits for the reading goroutine to
+// see the end, and reports it; it returns status if the server answered
+// the close, 1 otherwise.
+func closeAndReport(c *rally.Conn, ended <-chan *rally.CloseError, stderr io.Writer, code uint16, status int) int {
+	err := c.Close(code, "")
+	ce := <-ended
+	if err != nil && !errors.Is(err, rally.ErrClosed) || ce.Code == rally.CloseAbnormal {
+		fmt.Fprintf(stderr, "rally cat: closing: %v\n", ce)
+		return 1
+	}
+	fmt.Fprintf(stderr, "closed: %s\n", closeText(ce))
+	return status
+}
+
+// reportServerClose reports a close the server started, and says whether
+// it was a normal one.
+func reportServerClose(stderr io.Writer, ce *rally.CloseError) int {
+	fmt.Fprintf(stderr, "closed by the server: %s\n", closeText(ce))
+	if ce.Code == rally.CloseNormal || ce.Code == rally.CloseNoStatus {
+		return 0
+	}
+	return 1
+}
+
+// closeErrorOf returns the *CloseError a read ended with.
+func closeErrorOf(err error) *rally.CloseError {
+	var ce *rally.CloseError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return &rally.CloseError{Code: rally.CloseAbnormal, Err: err}
+}
+
+// closeText describes how a connection closed, without rally's prefix.
+func closeText(ce *rally.CloseError) string {
+	s := ce.Error()
+	s = strings.TrimPrefix(s, "rally: ")
+	return strings.TrimPrefix(s, "connection closed with ")
+}
+
+// subprotocolNote names the subprotocol chosen, if any.
+func subprotocolNote(c *rally.Conn) string {
+	if p := c.Subprotocol(); p != "" {
+		return fmt.Sprintf(" (subprotocol %s)", p)
+	}
+	return ""
+}
+
+// printMessage prints one received message: text as it is, binary as hex
+// after a marker. Each message ends its line.
+func printMessage(w io.Writer, typ rally.MessageType, p []byte) {
+	if typ == rally.Binary {
+		fmt.Fprintf(w, "[binary %d bytes] % x\n", len(p), p)
+		return
+	}
+	fmt.Fprintf(w, "%s\n", p)
+}
+
+// catListen is rally cat as a server.
+func catListen(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stderr io.Writer) int {
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "rally cat: %v\n", err)
+		return 1
+	}
+	var mu sync.Mutex
+	conns := map[*rally.Conn]bool{}
+	var live sync.WaitGroup // one per connection, from Open to Close
+	typ := cfg.messageType()
+	ws := &rally.Server{
+		Options: &rally.AcceptOptions{
+			Subprotocols:   cfg.subprotocols,
+			OriginPatterns: []string{"localhost", "127.0.0.1", `\[::1\]`},
+			ResponseHeader: func(_ *http.Request, h http.Header) {
+				for name, values := range cfg.header {
+					h[name] = append(h[name], values...)
+				}
+			},
+			OnHandshakeError: func(_ *http.Request, err error) {
+				fmt.Fprintf(stderr, "refused a client: %v\n", err)
+			},
+		},
+		Open: func(c *rally.Conn) {
+			live.Add(1)
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			fmt.Fprintf(stderr, "client %s connected%s\n", c.RemoteAddr(), subprotocolNote(c))
+			for _, m := range cfg.execute {
+				c.Send(typ, []byte(m))
+			}
+		},
+		Message: func(_ *rally.Conn, typ rally.MessageType, p []byte) { printMessage(stdout, typ, p) },
+		Close: func(c *rally.Conn, ce *rally.CloseError) {
+			mu.Lock()
+			delete(conns, c)
+			mu.Unlock()
+			fmt.Fprintf(stderr, "client %s closed: %s\n", c.RemoteAddr(), closeText(ce))
+			live.Done()
+		},
+	}
+	srv := &http.Server{Handler: ws, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stderr, "listening on ws://%s/\n", ln.Addr())
+
+	inputDone := make(chan struct{})
+	if len(cfg.execute) == 0 {
+		go func() {
+			defer close(inputDone)
+			sc := bufio.NewScanner(stdin)
+			sc.Buffer(make([]byte, 0, 64<<10), rally.DefaultReadLimit)
+			for sc.Scan() {
+				mu.Lock()
+				for c := range conns {
+					c.Send(typ, sc.Bytes())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	// With -x, the input never ends: the server runs until interrupted.
+
+	status := 0
+	var waited <-chan time.Time
+	input := (<-chan struct{})(inputDone)
+wait:
+	for {
+		select {
+		case <-input:
+			input = nil
+			timer := time.NewTimer(cfg.wait)
+			defer timer.Stop()
+			waited = timer.C
+		case <-waited:
+			break wait
+		case err := <-served:
+			fmt.Fprintf(stderr, "rally cat: %v\n", err)
+			return 1
+		case <-ctx.Done():
+			status = 130
+			break wait
+		}
+	}
+	srv.Close() // stops accepting; the WebSockets are hijacked and live on
+	mu.Lock()
+	open := make([]*rally.Conn, 0, len(conns))
+	for c := range conns {
+		open = append(open, c)
+	}
+	mu.Unlock()
+	for _, c := range open {
+		c.Close(rally.CloseGoingAway, "")
+	}
+	live.Wait()
+	return status
+}
+
+// lockedWriter lets the goroutines of rally cat share one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,445 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rallyws/rally"
+)
+
+// catTimeout bounds every wait of these tests.
+const catTimeout = 10 * time.Second
+
+// syncBuffer is a bytes.Buffer that rally cat's goroutines and the test
+// may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// echoBehaviour says how a test server treats a connection.
+type echoBehaviour struct {
+	closeAfter int    // close with 1000 "done" after echoing this many messages (0: never)
+	closeCode  uint16 // close with this code and "bye" at once instead
+	greet      []byte // send this binary message first
+	silent     bool   // echo nothing
+	tls        bool   // serve wss with a self-signed certificate
+}
+
+// startEcho starts a rally.Server that echoes, as b says, behind opts,
+// and returns its ws:// URL.
+func startEcho(t *testing.T, opts *rally.AcceptOptions, b echoBehaviour) string {
+	t.Helper()
+	var mu sync.Mutex
+	counts := map[*rally.Conn]int{}
+	srv := httptest.NewUnstartedServer(&rally.Server{
+		Options: opts,
+		Open: func(c *rally.Conn) {
+			if b.greet != nil {
+				c.Send(rally.Binary, b.greet)
+			}
+			if b.closeCode != 0 {
+				c.Close(b.closeCode, "bye")
+			}
+		},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			if b.silent {
+				return
+			}
+			c.Send(typ, p)
+			mu.Lock()
+			counts[c]++
+			n := counts[c]
+			mu.Unlock()
+			if b.closeAfter > 0 && n == b.closeAfter {
+				c.Close(rally.CloseNormal, "done")
+			}
+		},
+	})
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // a refused certificate is the point of a test
+	if b.tls {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	scheme := "ws://"
+	if b.tls {
+		scheme = "wss://"
+	}
+	return scheme + srv.Listener.Addr().String() + "/echo"
+}
+
+// runCat runs rally cat with args and stdin and returns its status and
+// outputs, failing the test if it does not end within catTimeout.
+func runCat(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- cat(args, strings.NewReader(stdin), &stdout, &stderr) }()
+	select {
+	case status := <-done:
+		return status, stdout.String(), stderr.String()
+	case <-time.After(catTimeout):
+		t.Fatalf("rally cat %q did not end within %v; stderr:\n%s", args, catTimeout, stderr.String())
+		return 0, "", ""
+	}
+}
+
+func TestCatSendsEachMessageAndPrintsTheRepliesWithFlagsBeforeOrAfterTheURL(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{closeAfter: 2})
+	for _, args := range [][]string{
+		{"-x", "hello", "-x", "world", "-w", "30", url},
+		{url, "-x", "hello", "-w", "30", "-x", "world"},
+		{"-x", "hello", url, "--x", "world", "-w=30"},
+	} {
+		status, out, errs := runCat(t, "", args...)
+		if status != 0 || out != "hello\nworld\n" {
+			t.Fatalf("rally cat %q = %d, stdout %q, stderr %q; want 0 and both echoes", args, status, out, errs)
+		}
+		if !strings.Contains(errs, "connected") || !strings.Contains(errs, `closed by the server: 1000 (normal closure): "done"`) {
+			t.Errorf("stderr %q, want the connection and the server's close", errs)
+		}
+	}
+}
+
+func TestCatSendsStdinLinesAsMessages(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{closeAfter: 4})
+	status, out, errs := runCat(t, "first line\nsecond line\n\nlast without newline", "-w", "30", url)
+	if status != 0 || out != "first line\nsecond line\n\nlast without newline\n" {
+		t.Fatalf("status %d, stdout %q, stderr %q", status, out, errs)
+	}
+}
+
+func TestCatClosesNormallyOnceTheInputHasEndedAndTheWaitIsOver(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{silent: true})
+	for _, args := range [][]string{
+		{"-x", "ping", url},
+		{"-x", "ping", "-w", "0.05", url},
+	} {
+		status, out, errs := runCat(t, "", args...)
+		if status != 0 || out != "" || !strings.Contains(errs, "closed: 1000 (normal closure)") {
+			t.Fatalf("rally cat %q = %d, stdout %q, stderr %q; want 0 after our close", args, status, out, errs)
+		}
+	}
+	status, _, errs := runCat(t, "", url)
+	if status != 0 || !strings.Contains(errs, "closed: 1000 (normal closure)") {
+		t.Fatalf("with an empty stdin: %d, %q; want 0 after our close", status, errs)
+	}
+}
+
+func TestCatPrintsBinaryAsHexWithAMarkerAndSendsBinaryWhenAsked(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{greet: []byte{0x00, 0xff, 0x10}, closeAfter: 1})
+	status, out, errs := runCat(t, "", "--binary", "-x", "hi", "-w", "30", url)
+	want := "[binary 3 bytes] 00 ff 10\n[binary 2 bytes] 68 69\n"
+	if status != 0 || out != want {
+		t.Fatalf("status %d, stdout %q, stderr %q; want %q", status, out, errs, want)
+	}
+}
+
+func TestCatSendsHeadersAndOffersSubprotocols(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	opts := &rally.AcceptOptions{
+		Subprotocols: []string{"chat.v2"},
+		Authorize: func(r *http.Request) (any, *rally.Rejection) {
+			seen <- r.Header.Clone()
+			return nil, nil
+		},
+	}
+	url := startEcho(t, opts, echoBehaviour{silent: true})
+	status, _, errs := runCat(t, "", "-H", "X-Token: abc", "-H", "X-Two:2", "--subprotocol", "chat.v1", "--subprotocol", "chat.v2", "-x", "m", url)
+	if status != 0 || !strings.Contains(errs, "connected (subprotocol chat.v2)") {
+		t.Fatalf("status %d, stderr %q; want the subprotocol chosen", status, errs)
+	}
+	got := <-seen
+	if got.Get("X-Token") != "abc" || got.Get("X-Two") != "2" || got.Get("Sec-WebSocket-Protocol") != "chat.v1, chat.v2" {
+		t.Fatalf("server saw %v", got)
+	}
+}
+
+func TestCatShowsTheStatusOfAFailedHandshakeAndFails(t *testing.T) {
+	opts := &rally.AcceptOptions{Authorize: func(*http.Request) (any, *rally.Rejection) {
+		return nil, &rally.Rejection{Status: http.StatusUnauthorized, Body: "token expired"}
+	}}
+	url := startEcho(t, opts, echoBehaviour{})
+	status, out, errs := runCat(t, "", "-x", "hi", url)
+	if status != 1 || out != "" || !strings.Contains(errs, "HTTP status: 401 Unauthorized") || !strings.Contains(errs, "response body: token expired") {
+		t.Fatalf("status %d, stdout %q, stderr %q; want 1 and the 401 with its body", status, out, errs)
+	}
+}
+
+func TestCatShowsTheServersCloseCodeAndReasonAndFailsOnAnAbnormalOne(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{closeCode: 4000})
+	status, _, errs := runCat(t, "", "-w", "30", "-x", "x", url)
+	if status != 1 || !strings.Contains(errs, `closed by the server: 4000 (application): "bye"`) {
+		t.Fatalf("status %d, stderr %q; want 1 and code 4000 with its reason", status, errs)
+	}
+}
+
+func TestCatToAClosedPortFailsOnceWithoutShowingThePassword(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	status, out, errs := runCat(t, "", "-x", "hi", "-w", "1", "ws://user:secret@"+addr+"/?token=t0p")
+	if status != 1 || out != "" || strings.Contains(errs, "secret") || strings.Contains(errs, "t0p") {
+		t.Fatalf("status %d, stdout %q, stderr %q; want 1 and no credentials", status, out, errs)
+	}
+	if n := strings.Count(errs, "rally cat: dial ws://xxxxx@"); n != 1 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "connection refused") {
+		t.Fatalf("stderr %q, want exactly one error saying the connection was refused", errs)
+	}
+}
+
+func TestCatRefusesWrongUsageWithStatus2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "missing URL"},
+		{[]string{"ws://a/", "ws://b/"}, "one URL at most"},
+		{[]string{"--listen", "127.0.0.1:0", "ws://a/"}, "not both"},
+		{[]string{"-H", "no colon", "ws://a/"}, "-H wants 'Name: value'"},
+		{[]string{"-w", "-1", "ws://a/"}, "-w must not be negative"},
+		{[]string{"--compress", "ws://a/"}, "not supported yet"},
+		{[]string{"--proxy", "::user:SECRET", "ws://a/"}, "--proxy wants a URL"},
+		{[]string{"--no-such-flag", "ws://a/"}, "flag provided but not defined"},
+	} {
+		status, _, errs := runCat(t, "", tc.args...)
+		if status != 2 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "SECRET") {
+			t.Errorf("rally cat %q = %d, stderr %q; want 2 and %q", tc.args, status, errs, tc.want)
+		}
+	}
+	if status, _, errs := runCat(t, "", "--help"); status != 0 || !strings.Contains(errs, "Usage: rally cat") {
+		t.Errorf("--help = %d, %q", status, errs)
+	}
+}
+
+func TestCatOverTLSNeedsInsecureForASelfSignedCertificate(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{tls: true, closeAfter: 1})
+	if status, _, errs := runCat(t, "", "-x", "tls", url); status != 1 || !strings.Contains(errs, "certificate") {
+		t.Fatalf("without --insecure: %d, %q; want a certificate error", status, errs)
+	}
+	if status, out, errs := runCat(t, "", "--insecure", "-x", "tls", "-w", "30", url); status != 0 || out != "tls\n" {
+		t.Fatalf("with --insecure: %d, %q, %q", status, out, errs)
+	}
+}
+
+func TestCatGoesThroughTinyproxyWithProxyButNotThroughTheEnvironmentForLoopback(t *testing.T) {
+	proxy := startTinyproxy(t)
+	url := startEcho(t, nil, echoBehaviour{closeAfter: 1})
+	// The environment names a proxy that does not exist: loopback never
+	// takes it.
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
+	status, out, errs := runCat(t, "", "--proxy", "http://"+proxy.addr, "-x", "hello", "-w", "30", url)
+	if status != 0 || out != "hello\n" || !proxy.logged("CONNECT") {
+		t.Fatalf("through tinyproxy: %d, %q, %q (tinyproxy logged CONNECT: %v)", status, out, errs, proxy.logged("CONNECT"))
+	}
+	connects := proxy.count("CONNECT")
+	status, out, errs = runCat(t, "", "-x", "direct", "-w", "30", url)
+	if status != 0 || out != "direct\n" || proxy.count("CONNECT") != connects {
+		t.Fatalf("with only the environment: %d, %q, %q", status, out, errs)
+	}
+}
+
+func TestCatListensAndPrintsWhatClientsSendAndSendsStdinLines(t *testing.T) {
+	stdinR, stdinW := io.Pipe()
+	errR, errW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- cat([]string{"--listen", "127.0.0.1:0", "-H", "X-Served-By: rally cat"}, stdinR, outW, errW)
+		errW.Close()
+		outW.Close()
+	}()
+	errLines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(errR)
+		for sc.Scan() {
+			errLines <- sc.Text()
+		}
+		close(errLines)
+	}()
+	outLines := bufio.NewScanner(outR)
+	next := func(ch <-chan string) string {
+		select {
+		case l := <-ch:
+			return l
+		case <-time.After(catTimeout):
+			t.Fatal("rally cat --listen said nothing more")
+			return ""
+		}
+	}
+	addr, ok := strings.CutPrefix(next(errLines), "listening on ws://")
+	if !ok {
+		t.Fatalf("first line of stderr does not say where rally cat listens")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), catTimeout)
+	defer cancel()
+	c, resp, err := rally.Dial(ctx, "ws://"+addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if resp.Header.Get("X-Served-By") != "rally cat" {
+		t.Errorf("101 headers %v, want the -H header", resp.Header)
+	}
+	if l := next(errLines); !strings.Contains(l, "connected") {
+		t.Fatalf("stderr %q, want the client's connection", l)
+	}
+	if err := c.Write(ctx, rally.Text, []byte("from the client")); err != nil {
+		t.Fatal(err)
+	}
+	if !outLines.Scan() || outLines.Text() != "from the client" {
+		t.Fatalf("stdout %q, want the client's message", outLines.Text())
+	}
+	fmt.Fprintln(stdinW, "from stdin")
+	if _, p, err := c.Read(ctx); err != nil || string(p) != "from stdin" {
+		t.Fatalf("client read %q, %v, want the stdin line", p, err)
+	}
+	stdinW.Close()
+	if _, _, err := c.Read(ctx); closeCode(err) != rally.CloseGoingAway {
+		t.Fatalf("client read %v after stdin ended, want a close with 1001", err)
+	}
+	go io.Copy(io.Discard, outR)
+	go func() {
+		for range errLines {
+		}
+	}()
+	select {
+	case status := <-done:
+		if status != 0 {
+			t.Fatalf("rally cat --listen exited with %d", status)
+		}
+	case <-time.After(catTimeout):
+		t.Fatal("rally cat --listen did not exit after stdin ended")
+	}
+}
+
+func closeCode(err error) uint16 {
+	if ce, ok := err.(*rally.CloseError); ok {
+		return ce.Code
+	}
+	return 0
+}
+
+// tinyproxy is a running tinyproxy, the real HTTP proxy rally cat is
+// tested through.
+type tinyproxy struct {
+	addr string
+	mu   sync.Mutex
+	log  []string
+}
+
+// count returns how many lines of the proxy's log contain s.
+func (p *tinyproxy) count(s string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.log {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *tinyproxy) logged(s string) bool { return p.count(s) > 0 }
+
+// startTinyproxy runs tinyproxy on a free loopback port until the test
+// ends, and fails the test when it is not installed.
+func startTinyproxy(t *testing.T) *tinyproxy {
+	t.Helper()
+	bin := ""
+	for _, p := range []string{"/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"} {
+		if _, err := os.Stat(p); err == nil {
+			bin = p
+			break
+		}
+	}
+	if bin == "" {
+		t.Fatal("tinyproxy is not installed: run `apt-get install -y tinyproxy-bin` (make test installs it)")
+	}
+	for range 3 { // another process may take the free port first
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		conf := filepath.Join(t.TempDir(), "tinyproxy.conf")
+		text := fmt.Sprintf("Port %d\nListen 127.0.0.1\nTimeout 30\nLogLevel Info\nMaxClients 16\nAllow 127.0.0.1\n", port)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-d", "-c", conf)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &tinyproxy{addr: fmt.Sprintf("127.0.0.1:%d", port)}
+		ready, scanned := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(scanned)
+			sc := bufio.NewScanner(out)
+			announced := false
+			for sc.Scan() {
+				p.mu.Lock()
+				p.log = append(p.log, sc.Text())
+				p.mu.Unlock()
+				if !announced && strings.Contains(sc.Text(), "Accepting connections") {
+					announced = true
+					close(ready)
+				}
+			}
+		}()
+		stop := func() {
+			cmd.Process.Kill()
+			<-scanned
+			cmd.Wait()
+		}
+		select {
+		case <-ready:
+			t.Cleanup(stop)
+			return p
+		case <-scanned:
+			stop()
+		case <-time.After(catTimeout):
+			stop()
+			t.Fatalf("tinyproxy did not listen within %v", catTimeout)
+		}
+	}
+	t.Fatal("tinyproxy could not listen on a free port")
+	return nil
+}
