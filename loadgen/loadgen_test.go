@@ -127,6 +127,18 @@ func TestThroughputChecksTheMaskedRepliesOfAVerbatimEchoServer(t *testing.T) {
 	}
 }
 
+func TestEchoRunsOverTLSWithAnUnverifiedCertificateWhenAsked(t *testing.T) {
+	s := startTLSServer(t, echoReply)
+	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 2, Size: 200, InsecureTLS: true})
+	if res.Errors != 0 || res.Messages == 0 {
+		t.Fatalf("got %d replies, %d errors %v", res.Messages, res.Errors, res.ErrorSamples)
+	}
+	_, err := loadgen.Run(context.Background(), loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 1, Duration: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("got %v, want the self-signed certificate refused", err)
+	}
+}
+
 func TestChatCountsEveryDeliveryToEveryClient(t *testing.T) {
 	s := startServer(t, chatReply)
 	res := run(t, loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 4, Size: 100, Text: true, InFlight: 2})

@@ -3,11 +3,13 @@ package loadgen_test
 import (
 	"bufio"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,7 @@ type testServer struct {
 	onOpen func(c *serverConn)
 	// accept overrides the Sec-WebSocket-Accept value sent.
 	accept string
+	scheme string // "ws" unless set
 
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -51,6 +54,27 @@ func startServer(t *testing.T, reply func(s *testServer, c *serverConn, op byte,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, ln, reply)
+}
+
+// startTLSServer is startServer behind TLS, with httptest's self-signed
+// certificate.
+func startTLSServer(t *testing.T, reply func(s *testServer, c *serverConn, op byte, payload []byte)) *testServer {
+	t.Helper()
+	certs := httptest.NewUnstartedServer(nil)
+	certs.StartTLS()
+	cfg := certs.TLS
+	certs.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveOn(t, tls.NewListener(ln, cfg), reply)
+	s.scheme = "wss"
+	return s
+}
+
+func serveOn(t *testing.T, ln net.Listener, reply func(s *testServer, c *serverConn, op byte, payload []byte)) *testServer {
 	s := &testServer{t: t, ln: ln, reply: reply, conns: map[*serverConn]bool{}, pongs: make(chan []byte, 1024)}
 	s.wg.Add(1)
 	go s.serve()
@@ -58,7 +82,13 @@ func startServer(t *testing.T, reply func(s *testServer, c *serverConn, op byte,
 	return s
 }
 
-func (s *testServer) url(path string) string { return "ws://" + s.ln.Addr().String() + path }
+func (s *testServer) url(path string) string {
+	scheme := s.scheme
+	if scheme == "" {
+		scheme = "ws"
+	}
+	return scheme + "://" + s.ln.Addr().String() + path
+}
 
 func (s *testServer) stop() {
 	s.ln.Close()
