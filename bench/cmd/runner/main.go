@@ -177,6 +177,11 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(o.charts, 0o755); err != nil {
 		return err
 	}
+	for _, m := range all {
+		if m.Result != nil {
+			m.Result.Latency.Buckets = nil // percentiles are kept; the full histograms would weigh megabytes
+		}
+	}
 	raw, _ := json.MarshalIndent(all, "", " ")
 	if err := os.WriteFile(filepath.Join(o.charts, "peers.json"), raw, 0o644); err != nil {
 		return err
