@@ -33,12 +33,13 @@ func jsonMessages(n int) [][]byte {
 		e := event{Type: "order.updated", ID: r.Int64N(1e12), Status: []string{"open", "paid", "shipped"}[r.IntN(3)], TS: 1.7e12 + r.Int64N(1e9)}
 		name := names[r.IntN(len(names))]
 		e.User = map[string]string{"name": name, "email": name + "@example.com", "country": []string{"DE", "FR", "US", "JP"}[r.IntN(4)]}
-		for range 11 {
+		var b []byte
+		for len(b) < 1000 {
 			e.Items = append(e.Items, item{SKU: fmt.Sprintf("SKU-%06d", r.IntN(1e6)), Qty: 1 + r.IntN(9), Price: float64(r.IntN(100000)) / 100})
-		}
-		b, err := json.Marshal(e)
-		if err != nil {
-			panic(err)
+			var err error
+			if b, err = json.Marshal(e); err != nil {
+				panic(err)
+			}
 		}
 		out = append(out, b)
 	}
