@@ -211,7 +211,8 @@ type requestParser struct {
 	method, target, proto string
 	major, minor          int
 	header                http.Header
-	started               bool // the request line has been read
+	values                []string // backing array of the headers' first values
+	started               bool     // the request line has been read
 	done                  bool
 	err                   error
 }
@@ -311,12 +312,43 @@ func (p *requestParser) parseLine(line []byte) error {
 		return malformed(http.StatusBadRequest, "a header value holds a control character")
 	}
 	if p.header == nil {
-		p.header = make(http.Header, 12)
+		p.header = make(http.Header, 16)
+		p.values = make([]string, 0, 16)
 	}
-	key := http.CanonicalHeaderKey(string(name))
-	p.header[key] = append(p.header[key], v)
+	key, ok := commonHeaders[string(name)] // no allocation for the lookup
+	if !ok {
+		key = http.CanonicalHeaderKey(string(name))
+	}
+	if prev := p.header[key]; len(prev) > 0 {
+		p.header[key] = append(prev, v)
+		return nil
+	}
+	// First values share one backing array, as net/http's reader does.
+	p.values = append(p.values, v)
+	n := len(p.values)
+	p.header[key] = p.values[n-1 : n : n]
 	return nil
 }
+
+// commonHeaders maps the spellings of a handshake's usual headers, as
+// browsers and HTTP/2-minded clients write them, to their canonical keys,
+// so that parsing them allocates no name.
+var commonHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, name := range []string{
+		"Host", "Upgrade", "Connection", "Origin", "User-Agent", "Pragma",
+		"Cache-Control", "Accept-Encoding", "Accept-Language", "Cookie",
+		"Authorization", "Content-Length", "Transfer-Encoding",
+		"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Protocol",
+		"Sec-WebSocket-Extensions", "X-Forwarded-For", "X-Forwarded-Proto", "X-Real-IP",
+	} {
+		canonical := http.CanonicalHeaderKey(name)
+		m[name] = canonical
+		m[strings.ToLower(name)] = canonical
+		m[canonical] = canonical
+	}
+	return m
+}()
 
 // parseRequestLine reads "method SP request-target SP HTTP-version"
 // (RFC 9112 3).

@@ -496,3 +496,86 @@ func FuzzRequestParser(f *testing.F) {
 type fakeAddrConn struct{ net.Conn }
 
 func (fakeAddrConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+// browserHead is an opening handshake as Chromium sends it.
+var browserHead = []byte("GET /chat?room=1 HTTP/1.1\r\n" +
+	"Host: rally.test\r\n" +
+	"Connection: Upgrade\r\n" +
+	"Pragma: no-cache\r\n" +
+	"Cache-Control: no-cache\r\n" +
+	"User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/130.0.0.0 Safari/537.36\r\n" +
+	"Upgrade: websocket\r\n" +
+	"Origin: https://rally.test\r\n" +
+	"Sec-WebSocket-Version: 13\r\n" +
+	"Accept-Encoding: gzip, deflate, br, zstd\r\n" +
+	"Accept-Language: en-US,en;q=0.9\r\n" +
+	"Sec-WebSocket-Key: " + rfcKey + "\r\n" +
+	"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n")
+
+func BenchmarkRequestParserBrowserHead(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(browserHead)))
+	for b.Loop() {
+		p := requestParser{max: DefaultMaxHeaderBytes}
+		if _, done, err := p.feed(browserHead); !done || err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRequestParserBrowserHeadByteByByte(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(browserHead)))
+	for b.Loop() {
+		p := requestParser{max: DefaultMaxHeaderBytes}
+		for i := range browserHead {
+			if _, _, err := p.feed(browserHead[i : i+1]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkHandshakeOverLoopback compares a whole handshake (Dial against
+// Accept behind net/http, and against Upgrade on a raw listener).
+func BenchmarkHandshakeOverLoopback(b *testing.B) {
+	accept := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := Accept(w, r, nil); err == nil {
+			c.CloseNow()
+		}
+	}))
+	defer accept.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				if c, _, err := Upgrade(nc, nil); err == nil {
+					c.CloseNow()
+				}
+			}()
+		}
+	}()
+	for _, tc := range []struct{ name, url string }{
+		{"Accept", "ws://" + accept.Listener.Addr().String() + "/"},
+		{"Upgrade", "ws://" + ln.Addr().String() + "/"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c, _, err := Dial(context.Background(), tc.url, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.CloseNow()
+			}
+		})
+	}
+}
