@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// Result is what one run measured. Every count and rate covers the window
-// only (after the warm-up); JSON field names are stable for machines.
+// Result is what one run measured. Counts, rates and latencies cover the
+// window only (after the warm-up); Errors covers the whole run. JSON field
+// names are stable for machines.
 type Result struct {
 	Scenario     Scenario  `json:"scenario"`
 	URL          string    `json:"url"` // without user information or query values
@@ -38,8 +39,9 @@ type Result struct {
 	// Latency is the round trip of echo and throughput, send of the round
 	// to delivery for chat, dial to 101 for connect and idle.
 	Latency Latency `json:"latency"`
-	// Errors counts wrong replies (type, length or sampled bytes), protocol
-	// violations, failed handshakes and connections lost before the end.
+	// Errors counts, over the whole run (warm-up included), wrong replies
+	// (type, length or sampled bytes), protocol violations, failed
+	// handshakes and connections lost before the end.
 	Errors int64 `json:"errors"`
 	// ErrorSamples are the most frequent error messages with their counts.
 	ErrorSamples []string `json:"error_samples,omitempty"`
