@@ -90,7 +90,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.set.commit(nil)
 		return
 	}
-	c.data = data
+	if s.Upgrade != nil {
+		c.data = data
+	}
 	c.serving = true
 	if !s.set.commit(c) {
 		// Shutdown began during the handshake.

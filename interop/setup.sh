@@ -30,7 +30,7 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 installed chromium || missing+=(chromium)
 installed python3-websockets || missing+=(python3-websockets)
-installed tinyproxy || missing+=(tinyproxy)
+installed tinyproxy-bin || missing+=(tinyproxy-bin)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "interop/setup.sh: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive

@@ -1,6 +1,7 @@
 // Command rally is the WebSocket toolbox built on the rally library:
 //
 //	rally serve    run the WebSocket server (echo today; pub/sub to come)
+//	rally cat      talk to a WebSocket server from the terminal
 //	rally bench    load-test any WebSocket server
 //	rally conform  test any WebSocket server or client against RFC 6455 / 7692
 //
@@ -26,6 +27,7 @@ const usage = `rally: the WebSocket toolbox
 
 Usage:
   rally serve [flags]          run the WebSocket server (echo at /echo)
+  rally cat URL [flags]        an interactive client: type lines to send, see what arrives
   rally bench SCENARIO URL     load-test a WebSocket server (echo, chat, throughput, connect, idle)
   rally conform server URL     run the conformance suite against a server's echo endpoint
   rally conform client --addr HOST:PORT
