@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/rallyws/rally/deflate"
 )
 
 // Accept answers an opening handshake request inside an http.Handler and
@@ -52,6 +54,11 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 	if rf == nil {
 		data, subprotocol, rf = opts.decide(r, &q, w.Header())
 	}
+	var ext string
+	var params deflate.Params
+	if rf == nil {
+		ext, params, rf = negotiateCompression(opts.Compression, r.Header["Sec-Websocket-Extensions"])
+	}
 	if rf != nil {
 		refuse(w, rf)
 		err := &HandshakeError{Status: rf.status, Reason: rf.reason}
@@ -74,7 +81,7 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 		nc.Close()
 		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: clearing deadlines: %w", err))
 	}
-	resp := appendSwitchingProtocols(make([]byte, 0, 160), key, subprotocol, w.Header())
+	resp := appendSwitchingProtocols(make([]byte, 0, 160), key, subprotocol, ext, w.Header())
 	if _, err := nc.Write(resp); err != nil {
 		nc.Close()
 		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: writing the 101 response: %w", err))
@@ -88,6 +95,9 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 		buffered, _ = brw.Reader.Peek(n)
 	}
 	c := startConn(nc, buffered, true, subprotocol, &opts.ConnOptions)
+	if ext != "" {
+		c.enableCompression(opts.Compression, params)
+	}
 	c.data = data
 	return c, nil
 }

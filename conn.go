@@ -44,7 +44,10 @@ type Conn struct {
 	msgr     *messageReader // made by the first Reader
 	lastRead atomic.Int64   // unix nanoseconds of the last bytes in, for keepalive
 
-	partial     *[]byte // a message being gathered across reads
+	partial     *[]byte      // a message being gathered across reads
+	z           *compression // permessage-deflate, when negotiated
+	zmsg        *[]byte      // a compressed message being gathered
+	infl        *[]byte      // the last inflated message, valid until the next event
 	partialType MessageType
 	lingering   bool // the read side ended with a close frame; TCP still to wind down
 	serving     bool // a Server's loop owns the read side

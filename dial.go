@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rallyws/rally/deflate"
 )
 
 // Dial opens a client connection to a ws:// or wss:// URL (http:// and
@@ -106,7 +108,18 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	where := redactURL(u)
 	fail := func(err error) error { return fmt.Errorf("rally: dial %s: %w", where, err) }
 	key := newKey()
-	request, err := appendRequest(make([]byte, 0, 512), u, key, header, opts.Subprotocols)
+	zopts := opts.Compression
+	if zopts == nil {
+		zopts = &CompressionOptions{}
+	}
+	var offer string
+	if !zopts.Disabled {
+		if err := zopts.validate(); err != nil {
+			return nil, nil, fail(err)
+		}
+		offer = deflate.Offer(zopts.clientConfig())
+	}
+	request, err := appendRequest(make([]byte, 0, 512), u, key, header, opts.Subprotocols, offer)
 	if err != nil {
 		return nil, nil, fail(err)
 	}
@@ -204,7 +217,12 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 			Response: resp,
 		}
 	}
-	subprotocol, err := checkSwitchingProtocols(resp.Header, key, opts.Subprotocols)
+	subprotocol, err := checkSwitchingProtocols(resp.Header, key, opts.Subprotocols, offer != "")
+	var params deflate.Params
+	compressed := false
+	if err == nil && offer != "" {
+		params, compressed, err = deflate.Accept(resp.Header["Sec-Websocket-Extensions"], zopts.clientConfig())
+	}
 	if err != nil {
 		abort()
 		return nil, resp, &HandshakeError{Status: resp.StatusCode, Reason: err.Error(), URL: where, Response: resp}
@@ -225,7 +243,11 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	if n := br.Buffered(); n > 0 {
 		buffered, _ = br.Peek(n)
 	}
-	return startConn(nc, buffered, false, subprotocol, &opts.ConnOptions), resp, nil
+	c := startConn(nc, buffered, false, subprotocol, &opts.ConnOptions)
+	if compressed {
+		c.enableCompression(zopts, params)
+	}
+	return c, resp, nil
 }
 
 // refusedReason says what the server answered instead of 101; for a
@@ -326,7 +348,7 @@ var requestManaged = map[string]string{
 	"Sec-Websocket-Key":        "Dial sets it",
 	"Sec-Websocket-Version":    "Dial sets it",
 	"Sec-Websocket-Protocol":   "use DialOptions.Subprotocols",
-	"Sec-Websocket-Extensions": "no extension is offered yet",
+	"Sec-Websocket-Extensions": "set DialOptions.Compression instead",
 	"Content-Length":           "an upgrade request has no body",
 	"Transfer-Encoding":        "an upgrade request has no body",
 }
@@ -334,7 +356,7 @@ var requestManaged = map[string]string{
 // appendRequest appends the whole opening handshake request (RFC 6455 4.1)
 // for u with header's lines, offering subprotocols, to b. Its errors name a header but never quote a value, which may be a
 // credential.
-func appendRequest(b []byte, u *url.URL, key string, header http.Header, subprotocols []string) ([]byte, error) {
+func appendRequest(b []byte, u *url.URL, key string, header http.Header, subprotocols []string, extensions string) ([]byte, error) {
 	target := u.RequestURI()
 	if !validHeaderValue(target) || strings.IndexByte(target, ' ') >= 0 {
 		return nil, errors.New("URL path or query holds a space or a control character")
@@ -382,6 +404,11 @@ func appendRequest(b []byte, u *url.URL, key string, header http.Header, subprot
 		if i == len(subprotocols)-1 {
 			b = append(b, "\r\n"...)
 		}
+	}
+	if extensions != "" {
+		b = append(b, "Sec-WebSocket-Extensions: "...)
+		b = append(b, extensions...)
+		b = append(b, "\r\n"...)
 	}
 	if u.User != nil && !hasAuthorization {
 		password, _ := u.User.Password()
@@ -431,7 +458,7 @@ func keepBodyStart(resp *http.Response) {
 // checkSwitchingProtocols checks the headers of a 101 answer to a request
 // sent with key and offering the subprotocols offered (RFC 6455 4.1, the
 // client's steps 2 to 6), and returns the subprotocol chosen.
-func checkSwitchingProtocols(h http.Header, key string, offered []string) (string, error) {
+func checkSwitchingProtocols(h http.Header, key string, offered []string, extensionOffered bool) (string, error) {
 	if !hasToken(h["Upgrade"], "websocket") {
 		return "", errors.New("101 response lacks Upgrade: websocket")
 	}
@@ -453,7 +480,7 @@ func checkSwitchingProtocols(h http.Header, key string, offered []string) (strin
 	if err != nil {
 		return "", err
 	}
-	if ext := h["Sec-Websocket-Extensions"]; len(ext) > 0 {
+	if ext := h["Sec-Websocket-Extensions"]; len(ext) > 0 && !extensionOffered {
 		return "", fmt.Errorf("server accepted extension %q, but none was offered", ext[0])
 	}
 	return subprotocol, nil

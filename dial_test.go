@@ -198,7 +198,7 @@ func TestDialFailsAWrong101WithAClearError(t *testing.T) {
 		{"subprotocol not offered", []string{"Sec-WebSocket-Protocol: mqtt"}, []string{"chat"}, "server chose subprotocol \"mqtt\", which was not offered"},
 		{"subprotocol when none offered", []string{"Sec-WebSocket-Protocol: chat"}, nil, "server chose subprotocol \"chat\", which was not offered"},
 		{"two subprotocols", []string{"Sec-WebSocket-Protocol: chat, mqtt"}, []string{"chat", "mqtt"}, "server chose more than one subprotocol"},
-		{"an extension", []string{"Sec-WebSocket-Extensions: permessage-deflate"}, nil, "server accepted extension \"permessage-deflate\", but none was offered"},
+		{"an extension not offered", []string{"Sec-WebSocket-Extensions: x-custom"}, nil, "deflate: server's Sec-WebSocket-Extensions answer: extension \"x-custom\" was not offered"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, _ := answeringServer(t, func(r *http.Request) []byte { return switching(r, tc.lines...) })

@@ -403,13 +403,18 @@ var responseManaged = map[string]bool{
 // chosen, then extra's lines (a handler's Set-Cookie, ...) in sorted order,
 // but not those responseManaged lists or that are not valid header lines.
 // CR and LF in extra's values become spaces, as net/http does.
-func appendSwitchingProtocols(b []byte, key, subprotocol string, extra http.Header) []byte {
+func appendSwitchingProtocols(b []byte, key, subprotocol, extensions string, extra http.Header) []byte {
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 	b = appendAcceptKey(b, key)
 	b = append(b, "\r\n"...)
 	if subprotocol != "" {
 		b = append(b, "Sec-WebSocket-Protocol: "...)
 		b = append(b, subprotocol...)
+		b = append(b, "\r\n"...)
+	}
+	if extensions != "" {
+		b = append(b, "Sec-WebSocket-Extensions: "...)
+		b = append(b, extensions...)
 		b = append(b, "\r\n"...)
 	}
 	b = appendHeaderLines(b, extra, responseManaged)

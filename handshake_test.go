@@ -295,7 +295,7 @@ func TestUpgradeRequestCheckAppliesRulesInOrder(t *testing.T) {
 }
 
 func TestSwitchingProtocolsResponseIsExactlyTheRFCAnswer(t *testing.T) {
-	got := string(appendSwitchingProtocols(nil, rfcKey, "chat", nil))
+	got := string(appendSwitchingProtocols(nil, rfcKey, "chat", "", nil))
 	want := "HTTP/1.1 101 Switching Protocols\r\n" +
 		"Upgrade: websocket\r\n" +
 		"Connection: Upgrade\r\n" +
@@ -315,7 +315,7 @@ func TestSwitchingProtocolsResponseCarriesHandlerHeadersButNotTheHandshakesOwn(t
 		"X-Split":              {"one\r\nX-Injected: yes"},
 		"Bad Name":             {"x"},
 	}
-	got := string(appendSwitchingProtocols(nil, rfcKey, "", extra))
+	got := string(appendSwitchingProtocols(nil, rfcKey, "", "", extra))
 	want := "HTTP/1.1 101 Switching Protocols\r\n" +
 		"Upgrade: websocket\r\n" +
 		"Connection: Upgrade\r\n" +
@@ -360,7 +360,7 @@ func FuzzUpgradeRequestCheck(f *testing.F) {
 			t.Fatalf("accepted %+v (key %q)", q, k)
 		}
 		chosen := selectSubprotocol([]string{"chat", "mqtt"}, q.protocol)
-		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(appendSwitchingProtocols(nil, k, chosen, nil))), nil)
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(appendSwitchingProtocols(nil, k, chosen, "", nil))), nil)
 		if err != nil || resp.StatusCode != 101 || resp.Header.Get("Sec-WebSocket-Accept") != rawpeer.AcceptKey(k) {
 			t.Fatalf("101 for key %q: %v, %v", k, resp, err)
 		}
@@ -389,6 +389,6 @@ func BenchmarkServerHandshakeRules(b *testing.B) {
 		if rf != nil {
 			b.Fatal(rf.reason)
 		}
-		buf = appendSwitchingProtocols(buf[:0], key, selectSubprotocol(opts.Subprotocols, q.protocol), nil)
+		buf = appendSwitchingProtocols(buf[:0], key, selectSubprotocol(opts.Subprotocols, q.protocol), "", nil)
 	}
 }

@@ -83,6 +83,10 @@ type ConnOptions struct {
 type AcceptOptions struct {
 	ConnOptions
 
+	// Compression, when set, accepts permessage-deflate (RFC 7692) from
+	// clients that offer it. nil declines it (the default, as npm ws).
+	Compression *CompressionOptions
+
 	// Subprotocols the server speaks, in order of preference. The first one
 	// the client also offers is selected; none selected is not an error.
 	Subprotocols []string
@@ -139,6 +143,11 @@ type AcceptOptions struct {
 // DialOptions configure Dial. A nil *DialOptions is valid.
 type DialOptions struct {
 	ConnOptions
+
+	// Compression configures the permessage-deflate offer. nil offers it
+	// with the defaults (as npm ws and browsers do); set Disabled to send
+	// no offer.
+	Compression *CompressionOptions
 
 	// Header holds extra request headers (Authorization, Cookie, ...).
 	Header http.Header

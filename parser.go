@@ -27,6 +27,10 @@ type event struct {
 	payload []byte
 	first   bool // data: the first chunk of a message
 	fin     bool // data: the last chunk of a message
+	// compressed: the message is compressed (RSV1 on its first frame,
+	// RFC 7692 6.1); its chunks are deflate data, to be gathered and
+	// inflated, and its UTF-8 is checked after inflating.
+	compressed bool
 }
 
 type parser struct {
@@ -48,6 +52,7 @@ type parser struct {
 	msgLen    int64
 	fragments int
 	msgFirst  bool // the next data event is the message's first
+	msgZ      bool // the message is compressed
 	utf8      frame.UTF8
 
 	ctl  *[frame.MaxControlPayload]byte // a control payload split across inputs (made when first needed)
@@ -92,7 +97,7 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 		if p.h.Masked {
 			p.maskPos = frame.Mask(p.h.Mask, p.maskPos, chunk)
 		}
-		if p.msgOp == frame.OpText {
+		if p.msgOp == frame.OpText && !p.msgZ {
 			if i := p.utf8.Feed(chunk); i >= 0 {
 				return event{}, n, violation(frame.CloseInvalidPayload, "text message is not valid UTF-8")
 			}
@@ -103,7 +108,7 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 			p.inFrame = false
 		}
 		if fin {
-			if p.msgOp == frame.OpText && !p.utf8.Complete() {
+			if p.msgOp == frame.OpText && !p.msgZ && !p.utf8.Complete() {
 				return event{}, n, violation(frame.CloseInvalidPayload, "text message ends inside a UTF-8 sequence")
 			}
 			p.inMessage = false
@@ -112,7 +117,7 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 			// An empty non-final fragment carries nothing to report.
 			continue
 		}
-		ev = event{kind: evData, op: p.msgOp, payload: chunk, first: p.msgFirst, fin: fin}
+		ev = event{kind: evData, op: p.msgOp, payload: chunk, first: p.msgFirst, fin: fin, compressed: p.msgZ}
 		p.msgFirst = false
 		return ev, n, nil
 	}
@@ -172,6 +177,7 @@ func (p *parser) startFrame(h frame.Header) error {
 			p.msgLen = 0
 			p.fragments = 0
 			p.msgFirst = true
+			p.msgZ = h.Rsv&frame.Rsv1 != 0
 			p.utf8.Reset()
 		}
 		p.fragments++

@@ -263,6 +263,11 @@ func (c *Conn) deliverEnd() error {
 // has ended (c.rend is set and its error returned) unless ctx ended, which
 // leaves the connection as it was.
 func (c *Conn) nextEvent(ctx context.Context) (event, error) {
+	if c.infl != nil {
+		// The last inflated message was handed out by the previous call.
+		bufpool.Put(c.infl)
+		c.infl = nil
+	}
 	for {
 		if len(c.in) == 0 {
 			if c.batchCorked {
@@ -270,6 +275,7 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				c.batchCorked = false
 				c.corkEnd()
 			}
+			c.idleCompression()
 			if err := c.fill(); err != nil {
 				if ctx != nil && ctx.Err() != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 					return event{}, ctx.Err()
@@ -289,6 +295,14 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 		}
 		switch ev.kind {
 		case evData:
+			if ev.compressed {
+				if ev, err = c.gatherCompressed(ev); err != nil {
+					return event{}, err
+				}
+				if ev.kind == evNone {
+					continue
+				}
+			}
 			return ev, nil
 		case evControl:
 			if err := c.control(ev); err != nil {
@@ -296,6 +310,34 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 			}
 		}
 	}
+}
+
+// gatherCompressed collects the chunks of a compressed message and, at its
+// last, returns the whole message inflated (kind evNone until then). The
+// wire bytes were checked against the read limit on each header; the
+// inflated size is checked while inflating.
+func (c *Conn) gatherCompressed(ev event) (event, error) {
+	if ev.first {
+		c.zmsg = bufpool.Get(len(ev.payload))
+	}
+	b := *c.zmsg
+	if len(b)+len(ev.payload) > cap(b) {
+		nb := bufpool.Get(max(2*cap(b), len(b)+len(ev.payload)))
+		*nb = append(*nb, b...)
+		bufpool.Put(c.zmsg)
+		c.zmsg = nb
+	}
+	*c.zmsg = append(*c.zmsg, ev.payload...)
+	if !ev.fin {
+		return event{}, nil
+	}
+	out, err := c.inflate(ev.op, *c.zmsg)
+	bufpool.Put(c.zmsg)
+	c.zmsg = nil
+	if err != nil {
+		return event{}, c.violated(err)
+	}
+	return event{kind: evData, op: ev.op, payload: out, first: true, fin: true}, nil
 }
 
 // fill reads more bytes. It gives the read buffer back first, so a

@@ -3,8 +3,10 @@ package rally
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/rallyws/rally/frame"
+	"github.com/rallyws/rally/internal/bufpool"
 )
 
 // SendStatus says what became of a non-blocking send.
@@ -101,7 +103,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	switch {
 	case err != nil:
 		status = Dropped
-	case c.doneSeq < seq && c.corked == 0:
+	case c.doneSeq < seq && !c.corkedLocked():
 		status = Queued
 		c.drainArmed = true
 	case c.flushing:
@@ -155,14 +157,28 @@ func (c *Conn) closeWithCode(code uint16, reason string) {
 }
 
 // frameDoneLocked is frameLocked with a completion.
+// A whole data message is compressed here, when permessage-deflate is on,
+// under wmu and so in send order (with context takeover, order is part of
+// the compressed stream).
 func (c *Conn) frameDoneLocked(op frame.Opcode, fin bool, p []byte, done func(error)) (uint64, error) {
-	h := frame.Header{Fin: fin, Opcode: op, Length: int64(len(p))}
+	h := frame.Header{Fin: fin, Opcode: op}
+	var zbuf *[]byte
+	if fin && (op == frame.OpText || op == frame.OpBinary) && c.z.wantsCompression(len(p)) {
+		zbuf = c.compressLocked(p)
+		p = *zbuf
+		h.Rsv = frame.Rsv1
+	}
+	h.Length = int64(len(p))
 	if !c.server {
 		h.Masked = true
 		h.Mask = c.newMask()
 	}
 	hn := frame.Put(c.hdr[:], h)
-	return c.pushLocked(c.hdr[:hn], p, h.Masked, h.Mask, done)
+	seq, err := c.pushLocked(c.hdr[:hn], p, h.Masked, h.Mask, done)
+	if zbuf != nil {
+		bufpool.Put(zbuf) // pushLocked wrote or copied it
+	}
+	return seq, err
 }
 
 // heldFrame is a whole frame accepted while a Writer streams; it joins the
@@ -218,23 +234,36 @@ func (c *Conn) corkBegin() {
 	c.wmu.Unlock()
 }
 
+// corkedLocked reports whether sends are gathered now: by the
+// connection's own cork (Cork, a Server's batch) or by the cork of another
+// connection it joined (JoinCork).
+func (c *Conn) corkedLocked() bool { return c.corked > 0 || c.corkOwner != nil }
+
 func (c *Conn) corkEnd() {
 	c.wmu.Lock()
 	c.corked--
 	var peers []*Conn
 	if c.corked == 0 {
+		// The peers joined this connection's own cork: they go now, even if
+		// this connection itself joined another's (two publishers feeding
+		// each other must not hold each other forever).
 		peers = c.corkPeers
 		c.corkPeers = nil
-		if !c.flushing && c.werr == nil && c.bufferedLocked() > 0 {
-			c.kickLocked()
-			if c.flushing {
-				c.drainArmed = true
-			}
-		}
+		c.uncorkedLocked()
 	}
 	c.unlockWrite()
 	for _, p := range peers {
 		p.leaveCork()
+	}
+}
+
+// uncorkedLocked writes what was gathered once no cork holds it any more.
+func (c *Conn) uncorkedLocked() {
+	if !c.corkedLocked() && !c.flushing && c.werr == nil && c.bufferedLocked() > 0 {
+		c.kickLocked()
+		if c.flushing {
+			c.drainArmed = true
+		}
 	}
 }
 
@@ -262,7 +291,6 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 		return joined
 	}
 	c.corkOwner = origin
-	c.corked++
 	c.unlockWrite()
 	origin.wmu.Lock()
 	if origin.corked == 0 {
@@ -279,8 +307,8 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 func (c *Conn) leaveCork() {
 	c.wmu.Lock()
 	c.corkOwner = nil
+	c.uncorkedLocked()
 	c.unlockWrite()
-	c.corkEnd()
 }
 
 // OnClose registers f to be called once the connection has ended, with how
@@ -308,6 +336,9 @@ type PreparedMessage struct {
 	typ     MessageType
 	frame   []byte // header and payload as a server sends them
 	payload []byte // a slice of frame
+
+	mu       sync.Mutex
+	variants []preparedDeflate // compressed frames, made on first use
 }
 
 // NewPreparedMessage frames a copy of p as a message of type typ.
@@ -330,16 +361,34 @@ func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 
 // SendPrepared is Send for a prepared message.
 func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
-	if c.server {
-		return c.sendFrame(frame.Opcode(pm.typ), nil, pm.frame, nil)
+	if f := c.preparedFrame(pm); f != nil {
+		return c.sendFrame(frame.Opcode(pm.typ), nil, f, nil)
 	}
 	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil)
 }
 
 // WritePrepared is Write for a prepared message.
 func (c *Conn) WritePrepared(ctx context.Context, pm *PreparedMessage) error {
-	if !c.server {
-		return c.Write(ctx, pm.typ, pm.payload)
+	if f := c.preparedFrame(pm); f != nil {
+		return c.writeFrame(ctx, f)
 	}
-	return c.writeFrame(ctx, pm.frame)
+	return c.Write(ctx, pm.typ, pm.payload)
+}
+
+// preparedFrame is the frame of pm this server connection sends: shared
+// and compressed once when the connection compresses without context,
+// else the plain one (a connection that keeps context compresses the
+// payload itself, in its own order: see frameLocked).
+func (c *Conn) preparedFrame(pm *PreparedMessage) []byte {
+	if !c.server {
+		return nil
+	}
+	z := c.z
+	if z == nil || z.comp == nil || !z.wantsCompression(len(pm.payload)) {
+		return pm.frame
+	}
+	if z.takeover {
+		return nil
+	}
+	return pm.deflated(z.level, z.bits)
 }

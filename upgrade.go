@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rallyws/rally/deflate"
 	"github.com/rallyws/rally/internal/bufpool"
 )
 
@@ -110,6 +111,11 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	if rf == nil {
 		data, subprotocol, rf = opts.decide(r, &q, header)
 	}
+	var ext string
+	var params deflate.Params
+	if rf == nil {
+		ext, params, rf = negotiateCompression(opts.Compression, r.Header["Sec-Websocket-Extensions"])
+	}
 	if rf != nil {
 		err := refuseRaw(nc, rf)
 		if rf.byHook {
@@ -117,7 +123,7 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 		}
 		return nil, r, opts.handshakeFailed(r, err)
 	}
-	if _, err := nc.Write(appendSwitchingProtocols(make([]byte, 0, 160), key, subprotocol, header)); err != nil {
+	if _, err := nc.Write(appendSwitchingProtocols(make([]byte, 0, 160), key, subprotocol, ext, header)); err != nil {
 		nc.Close()
 		return nil, r, opts.handshakeFailed(r, fmt.Errorf("rally: accept: writing the 101 response: %w", err))
 	}
@@ -126,6 +132,9 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 		return nil, r, opts.handshakeFailed(r, fmt.Errorf("rally: accept: clearing the handshake deadline: %w", err))
 	}
 	c := startConn(nc, rest, true, subprotocol, &opts.ConnOptions)
+	if ext != "" {
+		c.enableCompression(opts.Compression, params)
+	}
 	c.data = data
 	return c, r, nil
 }

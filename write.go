@@ -87,7 +87,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 		c.unlockWrite()
 		return err
 	}
-	if c.corked > 0 && !c.flushing && c.bufferedLocked() > 0 {
+	if c.corkedLocked() && !c.flushing && c.bufferedLocked() > 0 {
 		// A blocking write inside a cork: what was gathered goes first.
 		c.kickLocked()
 	}
@@ -179,13 +179,7 @@ func (c *Conn) sendLocked(op frame.Opcode, fin bool, p []byte) (uint64, error) {
 }
 
 func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte) (uint64, error) {
-	h := frame.Header{Fin: fin, Opcode: op, Length: int64(len(p))}
-	if !c.server {
-		h.Masked = true
-		h.Mask = c.newMask()
-	}
-	hn := frame.Put(c.hdr[:], h)
-	return c.pushLocked(c.hdr[:hn], p, h.Masked, h.Mask, nil)
+	return c.frameDoneLocked(op, fin, p, nil)
 }
 
 // pushLocked writes the frame made of hdr and payload (masked with key when
@@ -195,7 +189,7 @@ func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte) (uint64, error) 
 func (c *Conn) pushLocked(hdr, payload []byte, masked bool, key [4]byte, done func(error)) (uint64, error) {
 	c.seq++
 	seq := c.seq
-	uncorked := c.corked == 0 || c.corkBypass
+	uncorked := !c.corkedLocked() || c.corkBypass
 	idle := !c.flushing && uncorked && (c.wq == nil || c.wpos == len(*c.wq))
 	if idle && c.rc != nil && !masked {
 		// Fast path: header and payload in one system call, no copy.

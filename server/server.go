@@ -74,6 +74,9 @@ func New(cfg Config) *Server {
 		// The echo endpoint holds no user data and trusts no cookie, so any
 		// page may use it.
 		InsecureSkipOriginCheck: true,
+		// Compression without server context: an idle connection keeps no
+		// compressor, and a message for many is compressed once.
+		Compression: &rally.CompressionOptions{ServerNoContextTakeover: true},
 	}
 	s.echo = &rally.Server{Options: opts, Message: echo}
 	s.mux = http.NewServeMux()

@@ -1,0 +1,220 @@
+package rally
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rallyws/rally/deflate"
+	"github.com/rallyws/rally/frame"
+	"github.com/rallyws/rally/internal/bufpool"
+)
+
+// DefaultCompressionThreshold is the size below which a message goes out
+// uncompressed when the sender keeps no compression context (as npm ws).
+const DefaultCompressionThreshold = 1024
+
+// CompressionOptions configure permessage-deflate (RFC 7692). On the server
+// side a nil *CompressionOptions declines it (the default, as npm ws);
+// on the client side nil offers it with these defaults (as npm ws and
+// browsers do) and Disabled does not offer it.
+type CompressionOptions struct {
+	// Disabled, on a client, does not offer compression at all.
+	Disabled bool
+
+	// Level is the deflate level, 1 (fastest, the default) to 9.
+	Level int
+
+	// Threshold: a message smaller than this goes out uncompressed when the
+	// sender keeps no context between messages. 0 means
+	// DefaultCompressionThreshold; negative compresses every message. With
+	// context takeover only messages under 32 bytes go out uncompressed
+	// (deflate cannot make them smaller).
+	Threshold int
+
+	// ServerNoContextTakeover: the server compresses every message on its
+	// own. On a server it is what the server answers; on a client, what it
+	// asks for. A server that publishes one message to many connections
+	// wants it: the message is compressed once for all of them.
+	ServerNoContextTakeover bool
+
+	// ClientNoContextTakeover: the client compresses every message on its
+	// own, so the server keeps no window for it between messages.
+	ClientNoContextTakeover bool
+
+	// ServerMaxWindowBits and ClientMaxWindowBits bound the LZ77 windows,
+	// 8 to 15 (0 means 15): smaller windows cost less memory per connection
+	// and compress less.
+	ServerMaxWindowBits int
+	ClientMaxWindowBits int
+
+	// ReceiveOnly negotiates compression so the peer may compress what it
+	// sends, but this side sends every message uncompressed.
+	ReceiveOnly bool
+}
+
+func (o *CompressionOptions) validate() error {
+	if o.Level < 0 || o.Level > deflate.BestCompression {
+		return fmt.Errorf("rally: compression level %d, want 0 to %d", o.Level, deflate.BestCompression)
+	}
+	if err := o.serverConfig().Validate(); err != nil {
+		return fmt.Errorf("rally: %w", err)
+	}
+	return nil
+}
+
+func (o *CompressionOptions) serverConfig() deflate.ServerConfig {
+	return deflate.ServerConfig{
+		ServerNoContextTakeover: o.ServerNoContextTakeover,
+		ClientNoContextTakeover: o.ClientNoContextTakeover,
+		ServerMaxWindowBits:     o.ServerMaxWindowBits,
+		ClientMaxWindowBits:     o.ClientMaxWindowBits,
+	}
+}
+
+func (o *CompressionOptions) clientConfig() deflate.ClientConfig {
+	return deflate.ClientConfig{
+		ServerNoContextTakeover: o.ServerNoContextTakeover,
+		ClientNoContextTakeover: o.ClientNoContextTakeover,
+		ServerMaxWindowBits:     o.ServerMaxWindowBits,
+		ClientMaxWindowBits:     o.ClientMaxWindowBits,
+	}
+}
+
+// negotiateCompression answers a client's offers. It returns the extension
+// to put in the 101 ("" when declined) and the parameters, or a refusal
+// when the header does not parse.
+func negotiateCompression(o *CompressionOptions, offers []string) (string, deflate.Params, *refusal) {
+	if o == nil || o.Disabled || len(offers) == 0 {
+		return "", deflate.Params{}, nil
+	}
+	if err := o.validate(); err != nil {
+		return "", deflate.Params{}, &refusal{status: 500, reason: "the server's compression options are invalid"}
+	}
+	p, answer, err := deflate.Negotiate(offers, o.serverConfig())
+	if err != nil {
+		return "", p, &refusal{status: 400, reason: "malformed Sec-WebSocket-Extensions header"}
+	}
+	return answer, p, nil
+}
+
+// compression is a connection's permessage-deflate state.
+type compression struct {
+	comp      *deflate.Compressor // nil when this side sends uncompressed
+	decomp    *deflate.Decompressor
+	level     int
+	bits      int  // the window this side sends with
+	takeover  bool // this side keeps context between the messages it sends
+	threshold int
+	used      bool // since the last idle
+}
+
+// enableCompression sets the connection up for the negotiated parameters.
+func (c *Conn) enableCompression(o *CompressionOptions, p deflate.Params) {
+	z := &compression{level: o.Level, threshold: o.Threshold}
+	if z.level == 0 {
+		z.level = deflate.DefaultLevel
+	}
+	if z.threshold == 0 {
+		z.threshold = DefaultCompressionThreshold
+	}
+	sendBits, sendNoTakeover := p.ClientMaxWindowBits, p.ClientNoContextTakeover
+	recvBits, recvNoTakeover := p.ServerMaxWindowBits, p.ServerNoContextTakeover
+	if c.server {
+		sendBits, sendNoTakeover, recvBits, recvNoTakeover = recvBits, recvNoTakeover, sendBits, sendNoTakeover
+	}
+	z.bits, z.takeover = sendBits, !sendNoTakeover
+	if !o.ReceiveOnly {
+		z.comp = deflate.NewCompressor(z.level, sendBits, z.takeover)
+	}
+	z.decomp = deflate.NewDecompressor(recvBits, !recvNoTakeover)
+	c.z = z
+	c.p.allowedRsv = frame.Rsv1
+}
+
+// wantsCompression reports whether a whole message of n bytes should go
+// out compressed.
+func (z *compression) wantsCompression(n int) bool {
+	if z == nil || z.comp == nil {
+		return false
+	}
+	if z.takeover {
+		return n >= 32
+	}
+	return z.threshold < 0 || n >= z.threshold
+}
+
+// compressLocked compresses p for sending into a borrowed buffer, in send
+// order (the caller holds wmu). The caller gives the buffer back.
+func (c *Conn) compressLocked(p []byte) *[]byte {
+	buf := bufpool.Get(len(p)/2 + 64)
+	*buf = c.z.comp.Compress((*buf)[:0], p)
+	c.z.used = true
+	return buf
+}
+
+// inflate turns a gathered compressed message into its payload, checked
+// against the read limit while inflating and, for text, for UTF-8.
+func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
+	if c.infl == nil {
+		c.infl = bufpool.Get(readBufferSize)
+	}
+	limit := c.p.readLimit
+	if limit <= 0 {
+		limit = 1<<63 - 1
+	}
+	out, err := c.z.decomp.Inflate((*c.infl)[:0], msg, limit)
+	c.z.used = true
+	if err != nil {
+		return nil, err
+	}
+	if cap(out) > cap(*c.infl) {
+		*c.infl = out[:0] // keep the grown buffer for the rest of this message's life
+	}
+	if op == frame.OpText && !frame.ValidUTF8(out) {
+		return nil, violation(frame.CloseInvalidPayload, "text message is not valid UTF-8")
+	}
+	return out, nil
+}
+
+// idleCompression gives pooled codec state back when the connection goes
+// quiet (the reader is about to wait for more bytes).
+func (c *Conn) idleCompression() {
+	z := c.z
+	if z == nil || !z.used {
+		return
+	}
+	z.used = false
+	z.decomp.Idle()
+	if z.comp != nil {
+		c.wmu.Lock()
+		z.comp.Idle()
+		c.wmu.Unlock()
+	}
+}
+
+// preparedDeflate is a prepared message's compressed frame for one level
+// and window, made once and shared by every receiver that keeps no send
+// context with that window.
+type preparedDeflate struct {
+	level, bits int
+	frame       []byte
+}
+
+func (pm *PreparedMessage) deflated(level, bits int) []byte {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	for _, v := range pm.variants {
+		if v.level == level && v.bits == bits {
+			return v.frame
+		}
+	}
+	body := deflate.CompressOnce(nil, pm.payload, level, bits)
+	h := frame.Header{Fin: true, Rsv: frame.Rsv1, Opcode: frame.Opcode(pm.typ), Length: int64(len(body))}
+	b := make([]byte, h.Size()+len(body))
+	n := frame.Put(b, h)
+	copy(b[n:], body)
+	pm.variants = append(pm.variants, preparedDeflate{level: level, bits: bits, frame: b})
+	return b
+}
+
+var _ sync.Locker = (*sync.Mutex)(nil)
