@@ -185,7 +185,9 @@ func (c *Conn) drained() {
 		c.drainPending.Store(true)
 		return
 	}
+	c.corkBegin()
 	c.callDrain(f)
+	c.corkEnd()
 	c.cbmu.Unlock()
 }
 

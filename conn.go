@@ -88,7 +88,8 @@ type Conn struct {
 	corkPeers  []*Conn    // connections that joined this one's cork (JoinCork)
 	corkOwner  *Conn      // the connection whose cork this one joined
 	dones      []doneCall // completions to run once wmu is released
-	drainArmed bool       // a send was queued under backpressure
+	spareDones []doneCall
+	drainArmed bool // a send was queued under backpressure
 	drainDue   bool
 	held       []heldFrame // sends accepted while a Writer streams
 	closeSent  bool

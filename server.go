@@ -105,7 +105,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (c *Conn) serve(s *Server) {
 	c.rsem <- struct{}{}
 	if s.Open != nil {
+		// What Open sends leaves in one write.
+		c.corkBegin()
 		c.callOpen(s.Open)
+		c.corkEnd()
 	}
 	for c.rend == nil {
 		ev, err := c.nextEvent(nil)
@@ -184,7 +187,9 @@ func (c *Conn) afterCallback() {
 	if c.drainPending.Load() && c.opts.OnDrain != nil {
 		c.drainPending.Store(false)
 		c.cbmu.Lock()
+		c.corkBegin()
 		c.callDrain(c.opts.OnDrain)
+		c.corkEnd()
 		c.cbmu.Unlock()
 	}
 }

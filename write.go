@@ -492,12 +492,22 @@ func (c *Conn) unlockWrite() {
 		return
 	}
 	dones := c.dones
-	c.dones = nil
+	c.dones = c.spareDones[:0]
+	c.spareDones = nil
 	drain := c.drainDue
 	c.drainDue = false
 	c.wmu.Unlock()
-	for _, d := range dones {
+	for i, d := range dones {
 		d.f(d.err)
+		dones[i] = doneCall{}
+	}
+	if dones != nil {
+		// Keep the slice for the next completions: no allocation per send.
+		c.wmu.Lock()
+		if c.spareDones == nil {
+			c.spareDones = dones[:0]
+		}
+		c.wmu.Unlock()
 	}
 	if drain {
 		c.drained()
