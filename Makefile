@@ -27,5 +27,11 @@ test: setup
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
+# The side-by-side comparison (about 7 minutes here); rewrites the peers
+# section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.
+bench:
+	cd bench/node && npm ci --no-audit --no-fund
+	cd bench && $(GO) run ./cmd/runner
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')

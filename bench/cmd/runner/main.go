@@ -97,7 +97,7 @@ func main() {
 	flag.IntVar(&o.inflight, "echo-inflight", 4, "messages in flight per echo connection")
 	flag.IntVar(&o.idleConns, "idle-conns", 10000, "connections of the idle scenario")
 	flag.DurationVar(&o.idleHold, "idle-hold", 2*time.Second, "how long the idle connections are held")
-	flag.StringVar(&o.out, "out", "../docs/BENCHMARKS-peers.md", "report to write")
+	flag.StringVar(&o.out, "out", "../docs/BENCHMARKS.md", "report to write (between its peers markers, when it has them)")
 	flag.StringVar(&o.charts, "charts", "results", "directory of the SVG charts and the raw JSON (relative to the bench module)")
 	flag.StringVar(&o.only, "scenarios", "", "comma-separated scenario ids to run (default all)")
 	flag.StringVar(&o.onlyPeers, "peers", "", "comma-separated peer names to run (default all)")

@@ -132,7 +132,30 @@ func (r *report) write() error {
 	if err := os.MkdirAll(filepath.Dir(r.o.out), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(r.o.out, b.Bytes(), 0o644)
+	return os.WriteFile(r.o.out, splice(r.o.out, b.Bytes()), 0o644)
+}
+
+// The report goes between these markers when the file already has them, so
+// that hand-written sections around it (docs/BENCHMARKS.md's library
+// figures) survive a new run.
+const (
+	beginMarker = "<!-- peers:begin (written by bench/cmd/runner) -->\n"
+	endMarker   = "<!-- peers:end -->\n"
+)
+
+func splice(path string, report []byte) []byte {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return report
+	}
+	i := bytes.Index(old, []byte(beginMarker))
+	j := bytes.Index(old, []byte(endMarker))
+	if i < 0 || j < i {
+		return report
+	}
+	out := append([]byte(nil), old[:i+len(beginMarker)]...)
+	out = append(out, report...)
+	return append(out, old[j:]...)
 }
 
 func (r *report) chartLink(id string) string {
