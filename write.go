@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"time"
 
 	"github.com/rallyws/rally/frame"
 	"github.com/rallyws/rally/internal/bufpool"
@@ -92,6 +93,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 		c.kickLocked()
 	}
 	c.corkBypass = true
+	c.inlineWrite = c.rc == nil && !c.flushing
 	var seq uint64
 	var err error
 	if prepared != nil {
@@ -99,7 +101,11 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	} else {
 		seq, err = c.frameLocked(op, fin, p)
 	}
+	c.inlineWrite = false
 	c.corkBypass = false
+	if err == nil && c.doneSeq < seq && c.rc == nil && !c.flushing {
+		return c.writeInline(ctx, seq)
+	}
 	done := err == nil && c.doneSeq >= seq
 	c.unlockWrite()
 	if err != nil || done {
@@ -242,6 +248,11 @@ func (c *Conn) pushLocked(hdr, payload []byte, masked bool, key [4]byte, done fu
 // kickLocked writes what the kernel takes of the queue now and leaves the
 // rest to a flusher.
 func (c *Conn) kickLocked() {
+	if c.inlineWrite {
+		// A blocking write on a transport rally cannot reach (TLS) writes
+		// from its own goroutine: see writeInline.
+		return
+	}
 	if c.rc != nil {
 		if err := c.flushNowLocked(); err != nil {
 			return
@@ -251,6 +262,88 @@ func (c *Conn) kickLocked() {
 		}
 	}
 	c.startFlusher()
+}
+
+// writeInline is the blocking write on a transport without a reachable
+// socket (TLS, pipes): with nothing queued before it, the caller's goroutine
+// writes the queue itself with the connection's blocking Write, instead of
+// handing it to a flusher goroutine and waiting. It acts as the flusher
+// meanwhile, so later sends queue behind it. If ctx ends during the write,
+// the write deadline cuts it: the frame may be half written, so the
+// connection fails. Called with wmu held; releases it.
+func (c *Conn) writeInline(ctx context.Context, seq uint64) error {
+	c.flushing = true
+	watched := c.watchWrite(ctx)
+	var werr error
+	for c.doneSeq < seq && c.wq != nil && c.wpos < len(*c.wq) {
+		b := (*c.wq)[c.wpos:]
+		c.wlocked = len(*c.wq)
+		c.wmu.Unlock()
+		var n int
+		n, werr = c.nc.Write(b)
+		c.wmu.Lock()
+		c.wlocked = 0
+		c.advanceLocked(n)
+		if werr != nil {
+			break
+		}
+	}
+	if werr != nil {
+		c.flushing = false
+		c.failWriteLocked(werr)
+		err := c.werr
+		c.unlockWrite()
+		if watched {
+			c.unwatchWrite()
+		}
+		c.endAbnormal(werr)
+		if ctx.Err() != nil {
+			return fmt.Errorf("rally: write abandoned mid-frame, connection closed: %w", ctx.Err())
+		}
+		return err
+	}
+	if c.wq != nil && c.wpos < len(*c.wq) {
+		go c.flushLoop() // others queued behind: the flusher takes over
+	} else {
+		c.flushing = false
+		c.releaseQueueLocked()
+	}
+	c.unlockWrite()
+	if watched {
+		c.unwatchWrite()
+	}
+	return nil
+}
+
+// watchWrite makes a blocked write return when ctx ends, by moving the
+// write deadline into the past; unwatchWrite undoes it.
+func (c *Conn) watchWrite(ctx context.Context) bool {
+	if ctx == nil || ctx.Done() == nil {
+		return false
+	}
+	c.dmu.Lock()
+	c.wdactive = true
+	c.dmu.Unlock()
+	c.stopWriteWatch = context.AfterFunc(ctx, func() {
+		c.dmu.Lock()
+		if c.wdactive {
+			c.nc.SetWriteDeadline(time.Unix(1, 0))
+			c.wdinterrupted = true
+		}
+		c.dmu.Unlock()
+	})
+	return true
+}
+
+func (c *Conn) unwatchWrite() {
+	c.stopWriteWatch()
+	c.dmu.Lock()
+	c.wdactive = false
+	if c.wdinterrupted {
+		c.wdinterrupted = false
+		c.nc.SetWriteDeadline(time.Time{})
+	}
+	c.dmu.Unlock()
 }
 
 // writeNow makes one non-blocking write of a then b. The caller holds wmu
