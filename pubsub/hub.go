@@ -1,0 +1,407 @@
+package pubsub
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rallyws/rally"
+)
+
+// Options configure a Hub. A nil *Options is valid and means the defaults.
+type Options struct {
+	// PublishToSelf makes PublishFrom deliver to the sending connection
+	// too, when it subscribes to the topic (Bun's publishToSelf). By
+	// default the sender is left out.
+	PublishToSelf bool
+
+	// Broker, when set, carries publishes to and from other hubs (see
+	// Bus for hubs of one process). nil means this hub is alone: its
+	// publishes reach its own subscribers only.
+	Broker Broker
+
+	// Node names this hub to the broker; messages the broker carries say
+	// which node published them. "" means a random name.
+	Node string
+
+	// OnError receives the failures that no call returns: a broker that
+	// lost its connection, a lost interest change (a subscriber leaving),
+	// a message from another node that could not be delivered. nil means
+	// they are logged with slog.Default().
+	OnError func(err error)
+}
+
+// Hub is a set of topics and their subscribers, which are rally
+// connections. The zero Hub is ready to use: alone (no broker), without
+// publish-to-self. All methods are safe for concurrent use, also from
+// rally callbacks, and none of them blocks on a connection.
+type Hub struct {
+	publishToSelf bool
+	broker        Broker // set by NewHub only
+	detached      atomic.Bool
+	node          string
+	onError       func(error)
+
+	mu      sync.RWMutex
+	topics  map[string]*subscribers
+	members map[*rally.Conn]*member
+
+	// imu is held while a change of interest is told to the broker, so
+	// that the broker hears the changes of a topic in the order they
+	// happened.
+	imu sync.Mutex
+}
+
+// subscribers are one topic's subscribers, in no particular order.
+type subscribers struct {
+	name  string
+	subs  []*rally.Conn
+	index map[*rally.Conn]int // where each subscriber is in subs
+}
+
+// member is what the hub knows of one connection: the topics it
+// subscribes to. It lives from the connection's first Subscribe until the
+// connection ends.
+type member struct {
+	topics map[string]*subscribers
+}
+
+// NewHub returns a hub with opts, attached to opts.Broker if one is set.
+// The error is the broker's refusal to attach.
+func NewHub(opts *Options) (*Hub, error) {
+	h := &Hub{}
+	if opts == nil {
+		return h, nil
+	}
+	h.publishToSelf = opts.PublishToSelf
+	h.onError = opts.OnError
+	h.node = opts.Node
+	if h.node == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		h.node = hex.EncodeToString(b[:])
+	}
+	if opts.Broker != nil {
+		if err := opts.Broker.Attach(h.node, receiver{h}); err != nil {
+			return nil, fmt.Errorf("pubsub: attaching node %q to the broker: %w", h.node, err)
+		}
+		h.broker = opts.Broker
+	}
+	return h, nil
+}
+
+// Node returns the name this hub has on its broker ("" for a zero Hub).
+func (h *Hub) Node() string { return h.node }
+
+// Close detaches the hub from its broker and closes the broker. The hub
+// keeps serving its own subscribers; nothing crosses to other hubs any
+// more.
+func (h *Hub) Close() error {
+	h.imu.Lock()
+	defer h.imu.Unlock()
+	if h.broker == nil || h.detached.Swap(true) {
+		return nil
+	}
+	return h.broker.Close()
+}
+
+// Subscribe makes c a subscriber of topic. Subscribing again is a no-op.
+// The subscription ends with Unsubscribe or when c ends, whichever comes
+// first. It returns rally.ErrClosed if c has already ended (and subscribes
+// nothing), or the broker's error if it could not be told of the hub's
+// interest in topic (the local subscription stands; messages from other
+// hubs may not arrive).
+func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
+	select {
+	case <-c.Done():
+		return rally.ErrClosed
+	default:
+	}
+	h.imu.Lock()
+	h.mu.Lock()
+	m := h.members[c]
+	hook := m == nil
+	if hook {
+		if h.members == nil {
+			h.members = map[*rally.Conn]*member{}
+		}
+		m = &member{topics: map[string]*subscribers{}}
+		h.members[c] = m
+	}
+	if _, ok := m.topics[topic]; ok {
+		h.mu.Unlock()
+		h.imu.Unlock()
+		return nil
+	}
+	t := h.topics[topic]
+	first := t == nil
+	if first {
+		if h.topics == nil {
+			h.topics = map[string]*subscribers{}
+		}
+		t = newSubscribers(topic)
+		h.topics[topic] = t
+	}
+	t.add(c)
+	m.topics[topic] = t
+	h.mu.Unlock()
+	var err error
+	if first {
+		err = h.interest(topic, true)
+	}
+	h.imu.Unlock()
+	if hook {
+		// Runs at once if c ended meanwhile.
+		c.OnClose(func(*rally.CloseError) { h.forget(c, m) })
+	}
+	return err
+}
+
+// Unsubscribe ends c's subscription to topic and reports whether there was
+// one. A publish that began before Unsubscribe returned may still deliver
+// to c; one that begins after does not.
+func (h *Hub) Unsubscribe(c *rally.Conn, topic string) bool {
+	h.imu.Lock()
+	defer h.imu.Unlock()
+	h.mu.Lock()
+	m := h.members[c]
+	var t *subscribers
+	if m != nil {
+		t = m.topics[topic]
+	}
+	if t == nil {
+		h.mu.Unlock()
+		return false
+	}
+	delete(m.topics, topic)
+	last := h.removeLocked(t, c)
+	h.mu.Unlock()
+	if last {
+		h.report(h.interest(topic, false))
+	}
+	return true
+}
+
+// forget ends every subscription of c, which has ended.
+func (h *Hub) forget(c *rally.Conn, m *member) {
+	h.imu.Lock()
+	defer h.imu.Unlock()
+	h.mu.Lock()
+	if h.members[c] != m {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.members, c)
+	var emptied []string
+	for name, t := range m.topics {
+		if h.removeLocked(t, c) {
+			emptied = append(emptied, name)
+		}
+	}
+	m.topics = nil
+	h.mu.Unlock()
+	for _, name := range emptied {
+		h.report(h.interest(name, false))
+	}
+}
+
+// removeLocked takes c out of t and reports whether t is now empty (and
+// gone from the hub). The caller holds h.mu.
+func (h *Hub) removeLocked(t *subscribers, c *rally.Conn) bool {
+	i := t.index[c]
+	last := len(t.subs) - 1
+	if i != last {
+		moved := t.subs[last]
+		t.subs[i] = moved
+		t.index[moved] = i
+	}
+	t.subs[last] = nil
+	t.subs = t.subs[:last]
+	delete(t.index, c)
+	if last > 0 {
+		return false
+	}
+	delete(h.topics, t.name)
+	return true
+}
+
+// interest tells the broker, if any, of a change of interest in topic. The
+// caller holds h.imu.
+func (h *Hub) interest(topic string, interested bool) error {
+	if h.broker == nil || h.detached.Load() {
+		return nil
+	}
+	if err := h.broker.Interest(topic, interested); err != nil {
+		return fmt.Errorf("pubsub: telling the broker of interest %v in topic %q: %w", interested, topic, err)
+	}
+	return nil
+}
+
+func newSubscribers(name string) *subscribers {
+	return &subscribers{name: name, index: map[*rally.Conn]int{}}
+}
+
+func (t *subscribers) add(c *rally.Conn) {
+	t.index[c] = len(t.subs)
+	t.subs = append(t.subs, c)
+}
+
+// IsSubscribed reports whether c subscribes to topic.
+func (h *Hub) IsSubscribed(c *rally.Conn, topic string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	m := h.members[c]
+	if m == nil {
+		return false
+	}
+	_, ok := m.topics[topic]
+	return ok
+}
+
+// SubscriberCount returns the number of this hub's subscribers of topic
+// (subscribers on other hubs are not counted).
+func (h *Hub) SubscriberCount(topic string) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if t := h.topics[topic]; t != nil {
+		return len(t.subs)
+	}
+	return 0
+}
+
+// Result is what became of one publish on this hub: how many of its
+// subscribers the message was sent to, queued for under backpressure, or
+// dropped for (by the subscriber's buffer limit, or because it was
+// closing). Subscribers on other hubs are not counted.
+type Result struct {
+	Sent    int
+	Queued  int
+	Dropped int
+}
+
+// Received returns how many subscribers accepted the message: Sent plus
+// Queued.
+func (r Result) Received() int { return r.Sent + r.Queued }
+
+// Worst returns the worst status among the subscribers (rally.Dropped,
+// then rally.Queued, then rally.Sent), or 0 if the message was offered to
+// no one.
+func (r Result) Worst() rally.SendStatus {
+	switch {
+	case r.Dropped > 0:
+		return rally.Dropped
+	case r.Queued > 0:
+		return rally.Queued
+	case r.Sent > 0:
+		return rally.Sent
+	}
+	return 0
+}
+
+func (r *Result) count(st rally.SendStatus) {
+	switch st {
+	case rally.Sent:
+		r.Sent++
+	case rally.Queued:
+		r.Queued++
+	default:
+		r.Dropped++
+	}
+}
+
+// Publish sends payload as a message of type typ (rally.Text or
+// rally.Binary) to every subscriber of topic, on this hub and, through the
+// broker, on others. It never blocks on a subscriber; payload is not kept
+// after it returns. The Result counts this hub's subscribers. The error is
+// non-nil if typ is invalid (nothing was sent) or if the broker did not
+// take the message (this hub's subscribers got it all the same).
+func (h *Hub) Publish(topic string, typ rally.MessageType, payload []byte) (Result, error) {
+	return h.PublishFrom(nil, topic, typ, payload)
+}
+
+// PublishFrom is Publish on behalf of the connection from, which is left
+// out of the delivery unless Options.PublishToSelf is set (from need not
+// be a subscriber). Called from one of from's Server callbacks, it batches
+// the deliveries: each subscriber joins from's cork, so what from's read
+// batch publishes reaches each subscriber in one write. A nil from is
+// Publish.
+func (h *Hub) PublishFrom(from *rally.Conn, topic string, typ rally.MessageType, payload []byte) (Result, error) {
+	if typ != rally.Text && typ != rally.Binary {
+		return Result{}, fmt.Errorf("pubsub: publish on topic %q: message type %v is not Text or Binary", topic, typ)
+	}
+	r := h.deliver(from, topic, typ, payload)
+	if h.broker == nil || h.detached.Load() {
+		return r, nil
+	}
+	if err := h.broker.Publish(Message{Topic: topic, Type: typ, Payload: payload, Node: h.node}); err != nil {
+		return r, fmt.Errorf("pubsub: publish on topic %q to other nodes: %w", topic, err)
+	}
+	return r, nil
+}
+
+// scratch holds the copies of subscriber lists that publishes iterate
+// over without holding the hub's lock.
+var scratch = sync.Pool{New: func() any { return new([]*rally.Conn) }}
+
+// deliver sends the message to this hub's subscribers of topic, but from
+// unless publish-to-self is set.
+func (h *Hub) deliver(from *rally.Conn, topic string, typ rally.MessageType, payload []byte) Result {
+	var r Result
+	h.mu.RLock()
+	t := h.topics[topic]
+	if t == nil {
+		h.mu.RUnlock()
+		return r
+	}
+	sp := scratch.Get().(*[]*rally.Conn)
+	subs := append((*sp)[:0], t.subs...)
+	h.mu.RUnlock()
+
+	pm, err := rally.NewPreparedMessage(typ, payload)
+	if err == nil {
+		for _, c := range subs {
+			if c == from && !h.publishToSelf {
+				continue
+			}
+			if from != nil {
+				c.JoinCork(from)
+			}
+			st, _ := c.SendPrepared(pm)
+			r.count(st)
+		}
+	}
+	clear(subs) // the pool must not keep connections alive
+	*sp = subs[:0]
+	scratch.Put(sp)
+	return r
+}
+
+func (h *Hub) report(err error) {
+	if err == nil {
+		return
+	}
+	if h.onError != nil {
+		h.onError(err)
+		return
+	}
+	slog.Default().Warn("pubsub: "+err.Error(), "node", h.node)
+}
+
+// receiver is the hub's side of its broker.
+type receiver struct{ h *Hub }
+
+func (r receiver) Deliver(m Message) {
+	if m.Node == r.h.node {
+		return // at most once: a hub's own publish already reached its subscribers
+	}
+	if m.Type != rally.Text && m.Type != rally.Binary {
+		r.h.report(fmt.Errorf("pubsub: message from node %q on topic %q has type %v, not Text or Binary", m.Node, m.Topic, m.Type))
+		return
+	}
+	r.h.deliver(nil, m.Topic, m.Type, m.Payload)
+}
+
+func (r receiver) Error(err error) { r.h.report(err) }

@@ -1,0 +1,41 @@
+// Package natsbroker carries rally pub/sub between nodes through NATS: a
+// pubsub.Broker that lets the hubs of many processes, on one machine or
+// many, share topics, and an embedded NATS server for nodes that have no
+// NATS of their own to point at.
+//
+// It is for fan-out across rally nodes: at most once, in the order each
+// node published, while NATS is reachable. It is not a durable queue (no
+// JetStream, no replay after an outage), not a general NATS client, and
+// not a way to speak to arbitrary NATS subjects: it reads and writes only
+// the subjects under its prefix, in its own format.
+//
+// # Subjects
+//
+// A topic travels on the subject PREFIX.tB where PREFIX is the subject
+// prefix (WithSubjectPrefix, "rally" by default) and B is the topic's bytes
+// in unpadded base64url (RFC 4648 section 5), after a literal "t". The
+// encoding is one token of the characters A-Z a-z 0-9 - _ only, so no topic
+// can contain a token separator ('.'), a wildcard ('*', '>'), white space or
+// a byte NATS refuses, and two topics never share a subject; the "t" keeps
+// the token non-empty for the empty topic. The mapping is reversible: a tool
+// subscribed to "rally.>" can name the topic of every message it sees.
+//
+// # Messages
+//
+// The body of each NATS message is a small binary header followed by the
+// payload as published (never re-encoded):
+//
+//	byte 0       format version (1)
+//	byte 1       message type: 1 text, 2 binary (rally.Text, rally.Binary)
+//	byte 2       length n of the publishing node's name (1..255)
+//	n bytes      the node's name
+//	4 bytes      the publishing broker's stream, big endian
+//	8 bytes      the message's sequence number in its stream and topic, big endian
+//	rest         the payload
+//
+// Each broker numbers its publishes per topic, 1, 2, 3 and so on, within a
+// stream it picks at random (and picks again when it forgets its counters).
+// A receiving broker that sees a number jump knows how many messages of
+// that topic it lost (in an outage, or because NATS dropped them for a slow
+// consumer) and says so through Receiver.Error and Stats.Lost.
+package natsbroker

@@ -1,0 +1,75 @@
+package natsbroker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/rallyws/rally"
+)
+
+const (
+	wireVersion = 1
+	wireText    = 1
+	wireBinary  = 2
+	// maxNodeName is the longest node name the header can carry.
+	maxNodeName = 255
+)
+
+// headerLen returns the length of the header for a node name of n bytes.
+func headerLen(n int) int { return 3 + n + 4 + 8 }
+
+// head is the header of one message on the wire.
+type head struct {
+	typ    rally.MessageType
+	node   string
+	stream uint32
+	seq    uint64
+}
+
+// appendMessage appends the header of h and then payload to dst. The
+// caller has checked h.node (1..255 bytes) and h.typ (Text or Binary).
+func appendMessage(dst []byte, h head, payload []byte) []byte {
+	t := byte(wireText)
+	if h.typ == rally.Binary {
+		t = wireBinary
+	}
+	dst = append(dst, wireVersion, t, byte(len(h.node)))
+	dst = append(dst, h.node...)
+	dst = binary.BigEndian.AppendUint32(dst, h.stream)
+	dst = binary.BigEndian.AppendUint64(dst, h.seq)
+	return append(dst, payload...)
+}
+
+var errShort = errors.New("shorter than its header")
+
+// parseMessage splits a message into its header and payload, which
+// aliases p. The node name is returned as bytes aliasing p too, so that a
+// receiver can compare it without allocating.
+func parseMessage(p []byte) (typ rally.MessageType, node []byte, stream uint32, seq uint64, payload []byte, err error) {
+	if len(p) < 3 {
+		return 0, nil, 0, 0, nil, errShort
+	}
+	if p[0] != wireVersion {
+		return 0, nil, 0, 0, nil, fmt.Errorf("format version %d, this node reads %d", p[0], wireVersion)
+	}
+	switch p[1] {
+	case wireText:
+		typ = rally.Text
+	case wireBinary:
+		typ = rally.Binary
+	default:
+		return 0, nil, 0, 0, nil, fmt.Errorf("message type %d is neither text (1) nor binary (2)", p[1])
+	}
+	n := int(p[2])
+	if n == 0 {
+		return 0, nil, 0, 0, nil, errors.New("empty node name")
+	}
+	if len(p) < headerLen(n) {
+		return 0, nil, 0, 0, nil, errShort
+	}
+	node = p[3 : 3+n]
+	stream = binary.BigEndian.Uint32(p[3+n:])
+	seq = binary.BigEndian.Uint64(p[3+n+4:])
+	return typ, node, stream, seq, p[headerLen(n):], nil
+}
