@@ -3,7 +3,6 @@ package pubsub_test
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -342,7 +341,7 @@ func TestPublishAllocatesTheSameWhateverTheNumberOfSubscribers(t *testing.T) {
 	var conns []*rally.Conn
 	for range 33 {
 		p, c := ch.join(t, addr)
-		go io.Copy(io.Discard, p.NetConn()) // ends when the peer is closed
+		discard(p)
 		conns = append(conns, c)
 	}
 	hub.Subscribe(conns[0], "one")

@@ -2,6 +2,7 @@ package pubsub_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -217,4 +218,12 @@ func mustHub(t testing.TB, opts *pubsub.Options) *pubsub.Hub {
 	}
 	t.Cleanup(func() { h.Close() })
 	return h
+}
+
+// discard reads and drops whatever reaches p, without a deadline, until p
+// is closed.
+func discard(p *rawpeer.Peer) {
+	nc := p.NetConn()
+	nc.SetReadDeadline(time.Time{})
+	go io.Copy(io.Discard, nc)
 }
