@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -258,4 +259,72 @@ func TestHubIgnoresItsOwnMessagesComingBackFromTheBroker(t *testing.T) {
 	r.Deliver(pubsub.Message{Topic: "t", Type: rally.Text, Payload: []byte("echo of mine"), Node: "me"})
 	r.Deliver(pubsub.Message{Topic: "t", Type: rally.Text, Payload: []byte("from elsewhere"), Node: "you"})
 	expect(t, p, "the subscriber", "text:from elsewhere")
+}
+
+func TestSubscriptionsRacingWithConnectionsEndingLeaveNothingBehind(t *testing.T) {
+	const conns, topics, rounds = 12, 5, 200
+	s := &spy{}
+	hub := mustHub(t, &pubsub.Options{Broker: s, Node: "n"})
+	ch := newChat(hub)
+	addr := ch.start(t)
+	cs := make([]*rally.Conn, conns)
+	for i := range cs {
+		_, cs[i] = ch.join(t, addr)
+	}
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			for r := range rounds {
+				topic := "t" + strconv.Itoa((i+r)%topics)
+				if r%3 == 2 {
+					hub.Unsubscribe(c, topic)
+				} else {
+					hub.Subscribe(c, topic)
+				}
+				hub.Publish(topic, rally.Text, []byte("x"))
+				if i%2 == 0 && r == rounds/2 {
+					c.CloseNow() // ends while the others, and itself, carry on
+				}
+			}
+			c.CloseNow()
+		})
+	}
+	wg.Wait()
+	for range conns {
+		receive(t, ch.closed, "Server.Close")
+	}
+	for k := range topics {
+		topic := "t" + strconv.Itoa(k)
+		if n := hub.SubscriberCount(topic); n != 0 {
+			t.Errorf("SubscriberCount(%s) = %d once every connection ended", topic, n)
+		}
+		for i, c := range cs {
+			if hub.IsSubscribed(c, topic) {
+				t.Errorf("connection %d still subscribes to %s after it ended", i, topic)
+			}
+		}
+	}
+	// The broker heard each topic's interest turn on and off in turn,
+	// ending off.
+	state := map[string]bool{}
+	for _, call := range s.took() {
+		var topic string
+		var on bool
+		switch {
+		case strings.HasPrefix(call, "interest "):
+			f := strings.Fields(call)
+			topic, on = f[1], f[2] == "true"
+		default:
+			continue
+		}
+		if state[topic] == on {
+			t.Fatalf("the broker was told interest %v in %s twice in a row", on, topic)
+		}
+		state[topic] = on
+	}
+	for topic, on := range state {
+		if on {
+			t.Errorf("the broker was last told interest in %s, which has no subscriber", topic)
+		}
+	}
 }
