@@ -31,7 +31,10 @@ func TestConformanceOfRallyServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := New(Config{ShutdownTimeout: 2 * time.Second})
+	s, err := New(Config{ShutdownTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx, ln) }()
 	defer func() {

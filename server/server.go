@@ -1,7 +1,12 @@
-// Package server is the runnable WebSocket server behind `rally serve`: an
-// echo endpoint today, pub/sub, the HTTP publish API, auth and metrics as
-// they land. It is for running rally as a program; to build your own server,
-// use the rally package directly.
+// Package server is the runnable WebSocket server behind `rally serve`:
+// topic pub/sub for browsers and other clients on /ws (a small JSON
+// protocol, docs/PROTOCOL.md), an HTTP publish API for backends, an echo
+// endpoint, token auth, limits, Prometheus metrics and a demo page, on one
+// machine or on several joined by NATS.
+//
+// It is for running rally as a program (or embedding that program in
+// another); to build a server of your own design, use the rally and
+// pubsub packages directly.
 package server
 
 import (
@@ -12,14 +17,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/pubsub"
 )
 
-// Config is what `rally serve` is told on its command line.
+// Config is what `rally serve` is told on its command line. The zero
+// Config is a loopback server without auth and with every default.
 type Config struct {
 	// Addr is the address to listen on, HOST:PORT. Default 127.0.0.1:8080.
+	// A non-loopback host needs TokenSecret, or InsecureNoAuth.
 	Addr string
 	// ShutdownTimeout bounds the close handshakes on shutdown; connections
 	// still open after it are cut. Default 5 s.
@@ -29,59 +41,205 @@ type Config struct {
 	PingInterval time.Duration
 	IdleTimeout  time.Duration
 	// Logger receives the server's log lines. nil means slog.Default().
+	// Tokens and API keys never appear in them.
 	Logger *slog.Logger
+
+	// TLSCert and TLSKey, both or neither, are PEM files: with them the
+	// server speaks HTTPS and wss://.
+	TLSCert, TLSKey string
+
+	// TokenSecret, when set, is the HMAC key (at least 32 bytes) of the
+	// JWTs that /ws and /echo clients must present (see Claims). Without
+	// it anyone may connect, subscribe and publish.
+	TokenSecret string
+	// APIKey, when set, is the Bearer credential POST /publish needs.
+	// With TokenSecret set and no APIKey, the publish API is closed.
+	APIKey string
+	// InsecureNoAuth allows a non-loopback Addr without TokenSecret.
+	InsecureNoAuth bool
+	// Origins lists the other hosts (path.Match patterns, e.g.
+	// "*.example.com", "localhost:*") whose pages may open /ws; pages of
+	// the server's own host always may, and non-browser clients send no
+	// Origin.
+	Origins []string
+
+	// MaxConnections bounds open WebSocket connections (/ws and /echo
+	// together); past it handshakes get 503. Default 10000, negative
+	// means no limit.
+	MaxConnections int
+	// HandshakeRate is how many WebSocket handshakes per second one client
+	// IP address may make (with a burst of as many); past it they get 429.
+	// Default 20, negative means no limit. Loopback clients (a local
+	// proxy, a test tool) are not limited unless RateLimitLoopback is set.
+	HandshakeRate     float64
+	RateLimitLoopback bool
+	// MaxSubscriptions bounds the topics one /ws connection subscribes to.
+	// Default 100, negative means no limit.
+	MaxSubscriptions int
+	// HeaderReadTimeout bounds how long a client may take to send its
+	// request head. Default 10 s.
+	HeaderReadTimeout time.Duration
+	// MaxMessageBytes bounds a /ws message (larger: closed with 1009) and
+	// a /publish body (larger: 413). Default 64 KiB.
+	MaxMessageBytes int
+	// BufferLimit bounds what waits to be sent to one slow client;
+	// messages past it are dropped for that client and counted. Default
+	// rally.DefaultBufferLimit.
+	BufferLimit int
+
+	// Node names this server to the other nodes of a cluster. "" means a
+	// random name.
+	Node string
+	// Broker, when set, carries publishes to and from other nodes; the
+	// server closes it on shutdown. NATS (see NATSConfig) sets one up.
+	Broker pubsub.Broker
 }
 
-// Server serves the endpoints of `rally serve`.
+// Server serves the endpoints of `rally serve`. Create it with New.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	mux  *http.ServeMux
-	echo *rally.Server
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	echo   *rally.Server
+	ws     *rally.Server
+	hub    *pubsub.Hub
+	m      *metrics
+	secret []byte
+	rate   *rateLimiter
+	heads  headWatch
+
+	conns    atomic.Int64 // open WebSocket connections and handshakes under way
+	draining atomic.Bool
+
+	// For the demo page's live counters.
+	wsConns, subs, publishes, deliveries atomic.Int64
+
+	closers []func() // run at the end of shutdown (brokers, embedded servers)
 }
 
-// New returns a server for cfg with defaults filled in.
-func New(cfg Config) *Server {
+// New returns a server for cfg with defaults filled in, or an error that
+// says which setting is wrong.
+func New(cfg Config) (*Server, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:8080"
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	switch {
-	case cfg.PingInterval == 0:
-		cfg.PingInterval = 30 * time.Second
-	case cfg.PingInterval < 0:
-		cfg.PingInterval = 0
+	cfg.PingInterval = orDefault(cfg.PingInterval, 30*time.Second)
+	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, 90*time.Second)
+	cfg.MaxConnections = orDefault(cfg.MaxConnections, 10000)
+	cfg.HandshakeRate = orDefault(cfg.HandshakeRate, 20)
+	cfg.MaxSubscriptions = orDefault(cfg.MaxSubscriptions, 100)
+	if cfg.HeaderReadTimeout <= 0 {
+		cfg.HeaderReadTimeout = 10 * time.Second
 	}
-	switch {
-	case cfg.IdleTimeout == 0:
-		cfg.IdleTimeout = 90 * time.Second
-	case cfg.IdleTimeout < 0:
-		cfg.IdleTimeout = 0
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = 64 << 10
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("rally serve: --tls-cert and --tls-key go together")
+	}
+	if cfg.TokenSecret != "" && len(cfg.TokenSecret) < 32 {
+		return nil, fmt.Errorf("rally serve: the token secret is %d bytes; HS256 needs at least 32 (e.g. `openssl rand -hex 32`)", len(cfg.TokenSecret))
+	}
+	if err := cfg.checkBind(cfg.Addr); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: newMetrics()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	opts := &rally.AcceptOptions{
-		ConnOptions: rally.ConnOptions{
-			PingInterval: cfg.PingInterval,
-			IdleTimeout:  cfg.IdleTimeout,
-			CloseTimeout: cfg.ShutdownTimeout,
-			Logger:       s.log,
+	if cfg.TokenSecret != "" {
+		s.secret = []byte(cfg.TokenSecret)
+	}
+	s.rate = newRateLimiter(cfg.HandshakeRate, cfg.RateLimitLoopback)
+	hub, err := pubsub.NewHub(&pubsub.Options{
+		Broker: cfg.Broker,
+		Node:   cfg.Node,
+		OnError: func(err error) {
+			s.m.drops.WithLabelValues("broker").Inc()
+			s.log.Warn("pub/sub across nodes", "err", err)
 		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rally serve: %w", err)
+	}
+	s.hub = hub
+	if cfg.Broker != nil {
+		s.closers = append(s.closers, func() { hub.Close() })
+	}
+
+	conn := rally.ConnOptions{
+		PingInterval: max(cfg.PingInterval, 0),
+		IdleTimeout:  max(cfg.IdleTimeout, 0),
+		CloseTimeout: cfg.ShutdownTimeout,
+		Logger:       s.log,
+		BufferLimit:  cfg.BufferLimit,
+	}
+	// Compression without server context: an idle connection keeps no
+	// compressor, and a message for many is compressed once.
+	compression := &rally.CompressionOptions{ServerNoContextTakeover: true}
+
+	echoOpts := &rally.AcceptOptions{
+		ConnOptions: conn,
 		// The echo endpoint holds no user data and trusts no cookie, so any
 		// page may use it.
 		InsecureSkipOriginCheck: true,
-		// Compression without server context: an idle connection keeps no
-		// compressor, and a message for many is compressed once.
-		Compression: &rally.CompressionOptions{ServerNoContextTakeover: true},
+		Compression:             compression,
+		Authorize:               s.authorize("echo"),
+		OnHandshakeError:        s.handshakeError,
 	}
-	s.echo = &rally.Server{Options: opts, Message: echo}
+	s.echo = &rally.Server{Options: echoOpts, Open: s.opened("echo"), Message: echo, Close: s.closed("echo")}
+
+	wsConn := conn
+	wsConn.ReadLimit = int64(cfg.MaxMessageBytes)
+	wsOpts := &rally.AcceptOptions{
+		ConnOptions:      wsConn,
+		OriginPatterns:   cfg.Origins,
+		Compression:      compression,
+		Authorize:        s.authorize("ws"),
+		OnHandshakeError: s.handshakeError,
+	}
+	s.ws = &rally.Server{Options: wsOpts, Open: s.wsOpen, Message: s.wsMessage, Close: s.wsClose}
+
 	s.mux = http.NewServeMux()
-	s.mux.Handle("GET /echo", s.echo)
-	return s
+	s.mux.Handle("GET /echo", s.limit(s.echo))
+	s.mux.Handle("GET /ws", s.limit(s.ws))
+	s.mux.HandleFunc("POST /publish/{topic}", s.publish)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.ready)
+	s.mux.HandleFunc("GET /stats", s.stats)
+	s.mux.Handle("GET /{$}", demoPage())
+	return s, nil
+}
+
+// orDefault maps 0 to def and any negative value to -1 (off).
+func orDefault[T int | float64 | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return -1
+	}
+	return v
+}
+
+// checkBind refuses to serve a non-loopback address without auth unless
+// told to.
+func (cfg *Config) checkBind(addr string) error {
+	if cfg.TokenSecret != "" || cfg.InsecureNoAuth {
+		return nil
+	}
+	lo, err := isLoopback(addr)
+	if err != nil {
+		return fmt.Errorf("rally serve: %w", err)
+	}
+	if !lo {
+		return fmt.Errorf("rally serve: %s is not a loopback address and no --token-secret is set: anyone who can reach it could subscribe and publish; set a token secret, or pass --insecure-no-auth if that is what you want", addr)
+	}
+	return nil
 }
 
 // echo sends every message back with its own frame type.
@@ -92,43 +250,107 @@ func echo(c *rally.Conn, typ rally.MessageType, p []byte) {
 // Handler returns the server's HTTP handler (all endpoints).
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Serve serves on ln until ctx ends, then shuts down: it stops accepting,
-// sends 1001 (going away) to every open WebSocket, waits for their close
-// handshakes up to the shutdown timeout, cuts what is left, and returns.
+// Hub returns the server's pub/sub hub, through which a program that
+// embeds the server can publish or subscribe connections of its own.
+func (s *Server) Hub() *pubsub.Hub { return s.hub }
+
+// ready answers /readyz: 200 while serving, 503 once shutdown has begun.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// Serve serves on ln until ctx ends, then shuts down: /readyz turns 503,
+// it stops accepting, sends 1001 (going away) to every open WebSocket,
+// waits for their close handshakes up to the shutdown timeout, cuts what
+// is left, detaches from other nodes and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.cfg.checkBind(ln.Addr().String()); err != nil {
+		return err
+	}
 	hs := &http.Server{
 		Handler:           s.mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.HeaderReadTimeout,
+		IdleTimeout:       2 * time.Minute,
+		ConnState:         s.heads.track(s.cfg.HeaderReadTimeout, s.m),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if s.cfg.TLSCert != "" {
+			errc <- hs.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
+		s.shutdownNodes()
 		return err
 	case <-ctx.Done():
 	}
+	s.draining.Store(true)
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	// Stop accepting; hijacked WebSockets are not net/http's any more, so
-	// they get their 1001 from the WebSocket server.
+	// they get their 1001 from the WebSocket servers.
 	hs.Shutdown(sctx)
-	s.echo.Shutdown(sctx)
+	var wg sync.WaitGroup
+	for _, ws := range []*rally.Server{s.echo, s.ws} {
+		wg.Go(func() { ws.Shutdown(sctx) })
+	}
+	wg.Wait()
+	s.shutdownNodes()
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
+func (s *Server) shutdownNodes() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
 // ListenAndServe listens on the configured address, prints the URLs it
-// serves to out, and serves until ctx ends.
+// serves and its auth mode to out, and serves until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
+		s.shutdownNodes()
 		return fmt.Errorf("rally serve: %w", err)
 	}
-	fmt.Fprintf(out, "rally serve: listening on http://%s\n", ln.Addr())
-	fmt.Fprintf(out, "  echo:  ws://%s/echo\n", ln.Addr())
+	http, ws := "http", "ws"
+	if s.cfg.TLSCert != "" {
+		http, ws = "https", "wss"
+	}
+	a := ln.Addr()
+	fmt.Fprintf(out, "rally serve: listening on %s://%s (node %s)\n", http, a, s.hub.Node())
+	fmt.Fprintf(out, "  demo:     %s://%s/\n", http, a)
+	fmt.Fprintf(out, "  pub/sub:  %s://%s/ws\n", ws, a)
+	fmt.Fprintf(out, "  publish:  POST %s://%s/publish/{topic}\n", http, a)
+	fmt.Fprintf(out, "  echo:     %s://%s/echo\n", ws, a)
+	fmt.Fprintf(out, "  metrics:  %s://%s/metrics\n", http, a)
+	switch {
+	case s.secret != nil:
+		fmt.Fprintf(out, "  auth:     /ws and /echo need a token signed with the token secret\n")
+	case s.cfg.InsecureNoAuth:
+		fmt.Fprintf(out, "  auth:     NONE (--insecure-no-auth): anyone who reaches this address may subscribe and publish\n")
+	default:
+		fmt.Fprintf(out, "  auth:     none; loopback only (set --token-secret to serve other addresses)\n")
+	}
+	switch {
+	case s.cfg.APIKey != "":
+		fmt.Fprintf(out, "  publish API: needs the API key as a Bearer token\n")
+	case s.secret != nil:
+		fmt.Fprintf(out, "  publish API: closed (set --api-key to open it)\n")
+	}
 	return s.Serve(ctx, ln)
 }

@@ -66,7 +66,10 @@ func start(t *testing.T) (string, func()) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := New(Config{ShutdownTimeout: 2 * time.Second})
+	s, err := New(Config{ShutdownTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	return "ws://" + ln.Addr().String() + "/echo", func() {

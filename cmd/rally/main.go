@@ -86,7 +86,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := server.New(cfg).ListenAndServe(ctx, stdout); err != nil {
+	srv, err := server.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := srv.ListenAndServe(ctx, stdout); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rallyws/rally"
+)
+
+// limit guards a WebSocket endpoint with the limits a public server needs:
+// no handshake once shutdown began (503), at most HandshakeRate handshakes
+// per second per client address (429), at most MaxConnections open (503).
+// A handshake that passes holds a connection slot, which is given back
+// when it is refused later (authorize, handshakeError) or when the
+// connection ends (closed).
+func (s *Server) limit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			s.m.handshakeFails.WithLabelValues("shutting_down").Inc()
+			http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if !s.rate.allow(r.RemoteAddr, time.Now()) {
+			s.m.refused("handshake_rate")
+			s.log.Info("handshake refused: too many from this address", "remote", r.RemoteAddr, "path", r.URL.Path)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many handshakes from your address; retry later", http.StatusTooManyRequests)
+			return
+		}
+		if n := s.conns.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+			s.conns.Add(-1)
+			s.m.refused("connections")
+			s.log.Warn("handshake refused: connection limit reached", "remote", r.RemoteAddr, "limit", s.cfg.MaxConnections)
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "server full; retry later", http.StatusServiceUnavailable)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authorize returns the Authorize hook of an endpoint: it checks the
+// token and attaches what it grants to the connection.
+func (s *Server) authorize(endpoint string) func(r *http.Request) (any, *rally.Rejection) {
+	return func(r *http.Request) (any, *rally.Rejection) {
+		g, err := authorize(r, s.secret)
+		if err != nil {
+			s.conns.Add(-1)
+			s.m.handshakeFails.WithLabelValues("unauthorized").Inc()
+			s.log.Info("handshake refused", "endpoint", endpoint, "remote", r.RemoteAddr, "reason", err.Error())
+			return nil, &rally.Rejection{
+				Status: http.StatusUnauthorized,
+				Header: http.Header{"Www-Authenticate": {`Bearer realm="rally"`}},
+				Body:   err.Error() + "\n",
+			}
+		}
+		return &wsSession{grant: g}, nil
+	}
+}
+
+// handshakeError counts a handshake that broke a rule (or failed on I/O)
+// and gives back its connection slot.
+func (s *Server) handshakeError(r *http.Request, err error) {
+	s.conns.Add(-1)
+	reason := "io"
+	var he *rally.HandshakeError
+	if errors.As(err, &he) {
+		switch he.Status {
+		case http.StatusForbidden:
+			reason = "origin"
+		case http.StatusUpgradeRequired:
+			reason = "version"
+		default:
+			reason = "bad_request"
+		}
+	}
+	s.m.handshakeFails.WithLabelValues(reason).Inc()
+	path := ""
+	if r != nil {
+		path = r.URL.Path
+	}
+	s.log.Debug("handshake failed", "path", path, "reason", reason, "err", err)
+}
+
+// opened and closed count connections of an endpoint.
+func (s *Server) opened(endpoint string) func(*rally.Conn) {
+	return func(*rally.Conn) {
+		s.m.connections.WithLabelValues(endpoint).Inc()
+		s.m.connectionsTotal.WithLabelValues(endpoint).Inc()
+	}
+}
+
+func (s *Server) closed(endpoint string) func(*rally.Conn, *rally.CloseError) {
+	return func(_ *rally.Conn, ce *rally.CloseError) {
+		s.conns.Add(-1)
+		s.m.closed(endpoint, ce.Code)
+	}
+}
+
+// headWatch counts the connections that net/http closed because their
+// first request did not arrive whole within the header read timeout: those
+// closed before their first request was served, at least the timeout
+// after they were opened. (A first request whose handler runs longer than
+// the timeout and then closes the connection would be counted too; no
+// endpoint here does that.)
+type headWatch struct {
+	mu     sync.Mutex
+	opened map[net.Conn]time.Time
+}
+
+func (h *headWatch) track(timeout time.Duration, m *metrics) func(net.Conn, http.ConnState) {
+	h.opened = map[net.Conn]time.Time{}
+	return func(c net.Conn, st http.ConnState) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		switch st {
+		case http.StateNew:
+			h.opened[c] = time.Now()
+		case http.StateIdle, http.StateHijacked:
+			delete(h.opened, c)
+		case http.StateClosed:
+			t, ok := h.opened[c]
+			if !ok {
+				return
+			}
+			delete(h.opened, c)
+			if time.Since(t) >= timeout {
+				m.refusals.WithLabelValues("header_timeout").Inc()
+			}
+		}
+	}
+}

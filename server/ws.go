@@ -1,0 +1,281 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/pubsub"
+)
+
+// wsSession is what the server keeps of one /ws connection (its Data). Its
+// fields are used from the connection's callbacks only, which never run
+// concurrently.
+type wsSession struct {
+	grant  *grant
+	subs   int         // topics subscribed to
+	expiry *time.Timer // closes the connection when the token expires
+}
+
+// request is one message from a /ws client.
+type request struct {
+	Type  string          `json:"type"`
+	Topic string          `json:"topic"`
+	Data  json.RawMessage `json:"data"`
+	ID    json.RawMessage `json:"id"`
+	Self  bool            `json:"self"`
+}
+
+// Error codes of error frames (docs/PROTOCOL.md).
+const (
+	codeBadRequest    = "bad_request"   // a field is missing or of the wrong kind
+	codeUnknownType   = "unknown_type"  // "type" is none of subscribe, unsubscribe, publish
+	codeInvalidTopic  = "invalid_topic" // the topic name breaks the rules
+	codeForbidden     = "forbidden"     // the token does not grant this topic
+	codeLimit         = "limit"         // too many subscriptions
+	codeTooLarge      = "too_large"     // other nodes do not carry a message this large
+	codeUnavailable   = "unavailable"   // other nodes could not be reached
+	reasonTokenExpiry = "token expired"
+)
+
+func (s *Server) wsOpen(c *rally.Conn) {
+	s.opened("ws")(c)
+	s.wsConns.Add(1)
+	ss := c.Data().(*wsSession)
+	if g := ss.grant; !g.open {
+		// RFC 6455 7.4.1: 1008 is for a message (here: a connection) that
+		// violates policy.
+		ss.expiry = time.AfterFunc(time.Until(g.expires), func() {
+			c.Close(rally.ClosePolicyViolation, reasonTokenExpiry)
+		})
+	}
+	s.log.Debug("ws open", "remote", c.RemoteAddr().String(), "subject", ss.grant.subject)
+}
+
+func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
+	ss := c.Data().(*wsSession)
+	if ss.expiry != nil {
+		ss.expiry.Stop()
+	}
+	s.wsConns.Add(-1)
+	s.subs.Add(int64(-ss.subs))
+	s.m.subscriptions.Sub(float64(ss.subs))
+	s.closed("ws")(c, ce)
+	s.log.Debug("ws closed", "remote", c.RemoteAddr().String(), "code", ce.Code)
+}
+
+// wsMessage serves one message of the /ws protocol. Problems with a
+// request are answered with an error frame; only messages that are not
+// the protocol at all (binary, not a JSON object) close the connection.
+func (s *Server) wsMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
+	if typ != rally.Text {
+		s.count("invalid", len(p))
+		// RFC 6455 7.4.1: 1003 is for data of a type the endpoint cannot
+		// accept, such as binary on a text-only protocol.
+		c.Close(rally.CloseUnsupportedData, "the protocol is JSON text messages")
+		return
+	}
+	var req request
+	if err := json.Unmarshal(p, &req); err != nil {
+		s.count("invalid", len(p))
+		c.Close(rally.ClosePolicyViolation, "message is not a JSON object of the protocol")
+		return
+	}
+	if string(req.ID) == "null" {
+		req.ID = nil
+	}
+	id := req.ID
+	if len(id) > 0 && !scalarJSON(id) {
+		s.count("invalid", len(p))
+		s.reply(c, errorFrame(nil, codeBadRequest, "id must be a string or a number"))
+		return
+	}
+	ss := c.Data().(*wsSession)
+	switch req.Type {
+	case "subscribe":
+		s.count(req.Type, len(p))
+		s.reply(c, s.subscribe(c, ss, &req))
+	case "unsubscribe":
+		s.count(req.Type, len(p))
+		s.reply(c, s.unsubscribe(c, ss, &req))
+	case "publish":
+		s.count(req.Type, len(p))
+		s.reply(c, s.wsPublish(c, ss, &req))
+	case "":
+		s.count("unknown", len(p))
+		s.reply(c, errorFrame(id, codeBadRequest, `"type" is missing`))
+	default:
+		s.count("unknown", len(p))
+		s.reply(c, errorFrame(id, codeUnknownType, "type "+strconv.Quote(req.Type)+" is not subscribe, unsubscribe or publish"))
+	}
+}
+
+func (s *Server) count(typ string, n int) {
+	s.m.messagesIn.WithLabelValues(typ).Inc()
+	s.m.bytesIn.WithLabelValues(typ).Add(float64(n))
+}
+
+func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
+	if err := validTopic(req.Topic); err != nil {
+		return errorFrame(req.ID, codeInvalidTopic, err.Error())
+	}
+	if !ss.grant.maySubscribe(req.Topic) {
+		return errorFrame(req.ID, codeForbidden, "the token does not allow subscribing to "+strconv.Quote(req.Topic))
+	}
+	if s.hub.IsSubscribed(c, req.Topic) {
+		return ack(req.ID)
+	}
+	if s.cfg.MaxSubscriptions > 0 && ss.subs >= s.cfg.MaxSubscriptions {
+		s.m.refusals.WithLabelValues("subscriptions").Inc()
+		return errorFrame(req.ID, codeLimit, "a connection may subscribe to at most "+strconv.Itoa(s.cfg.MaxSubscriptions)+" topics")
+	}
+	if err := s.hub.Subscribe(c, req.Topic); err != nil {
+		if errors.Is(err, rally.ErrClosed) {
+			return nil
+		}
+		// The local subscription stands; messages from other nodes may not
+		// arrive until the broker is back.
+		s.log.Warn("subscribe: other nodes not told", "topic", req.Topic, "err", err)
+	}
+	ss.subs++
+	s.subs.Add(1)
+	s.m.subscriptions.Inc()
+	return ack(req.ID)
+}
+
+func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
+	if err := validTopic(req.Topic); err != nil {
+		return errorFrame(req.ID, codeInvalidTopic, err.Error())
+	}
+	if s.hub.Unsubscribe(c, req.Topic) {
+		ss.subs--
+		s.subs.Add(-1)
+		s.m.subscriptions.Dec()
+	}
+	return ack(req.ID)
+}
+
+func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
+	if err := validTopic(req.Topic); err != nil {
+		return errorFrame(req.ID, codeInvalidTopic, err.Error())
+	}
+	if !ss.grant.mayPublish(req.Topic) {
+		return errorFrame(req.ID, codeForbidden, "the token does not allow publishing to "+strconv.Quote(req.Topic))
+	}
+	if len(req.Data) == 0 {
+		return errorFrame(req.ID, codeBadRequest, `publish needs "data"`)
+	}
+	env := envelope(req.Topic, req.Data, false)
+	res, err := s.hub.PublishFrom(c, req.Topic, rally.Text, env)
+	if req.Self && s.hub.IsSubscribed(c, req.Topic) {
+		switch st, _ := c.Send(rally.Text, env); st {
+		case rally.Sent:
+			res.Sent++
+		case rally.Queued:
+			res.Queued++
+		default:
+			res.Dropped++
+		}
+	}
+	s.published("ws", res, len(env))
+	if err != nil {
+		return s.brokerError(req.ID, err)
+	}
+	return ack(req.ID)
+}
+
+// brokerError answers a publish that reached this node's subscribers but
+// not the other nodes.
+func (s *Server) brokerError(id json.RawMessage, err error) []byte {
+	s.m.drops.WithLabelValues("broker").Inc()
+	if errors.Is(err, pubsub.ErrTooLarge) {
+		return errorFrame(id, codeTooLarge, "delivered on this node only: "+err.Error())
+	}
+	s.log.Warn("publish: other nodes not reached", "err", err)
+	return errorFrame(id, codeUnavailable, "delivered on this node only: "+err.Error())
+}
+
+// published counts a publish and what became of it on this node.
+func (s *Server) published(source string, res pubsub.Result, size int) {
+	n := res.Received()
+	s.publishes.Add(1)
+	s.deliveries.Add(int64(n))
+	s.m.publishes.WithLabelValues(source).Inc()
+	s.m.deliveries.Add(float64(n))
+	s.m.messagesOut.WithLabelValues("message").Add(float64(n))
+	s.m.bytesOut.WithLabelValues("message").Add(float64(n * size))
+	if res.Queued > 0 {
+		s.m.backpressure.Add(float64(res.Queued))
+	}
+	if res.Dropped > 0 {
+		s.m.drops.WithLabelValues("buffer_limit").Add(float64(res.Dropped))
+	}
+}
+
+// reply sends an ack or error frame (nil: nothing) to c without blocking.
+func (s *Server) reply(c *rally.Conn, b []byte) {
+	if b == nil {
+		return
+	}
+	kind := "ack"
+	if len(b) > 10 && string(b[9:14]) == "error" {
+		kind = "error"
+	}
+	st, err := c.Send(rally.Text, b)
+	if err != nil || st == rally.Dropped {
+		s.m.drops.WithLabelValues("reply").Inc()
+		return
+	}
+	s.m.messagesOut.WithLabelValues(kind).Inc()
+	s.m.bytesOut.WithLabelValues(kind).Add(float64(len(b)))
+}
+
+// envelope builds the delivery of a publish, once for all its
+// subscribers: {"type":"message","topic":T,"data":D} (with
+// "encoding":"base64" when data is base64 of bytes that were not UTF-8).
+// topic is valid (validTopic), so it needs no escaping; data is JSON.
+func envelope(topic string, data []byte, base64 bool) []byte {
+	b := make([]byte, 0, 40+len(topic)+len(data))
+	b = append(b, `{"type":"message","topic":"`...)
+	b = append(b, topic...)
+	b = append(b, `","data":`...)
+	b = append(b, data...)
+	if base64 {
+		b = append(b, `,"encoding":"base64"`...)
+	}
+	return append(b, '}')
+}
+
+func ack(id json.RawMessage) []byte {
+	if len(id) == 0 {
+		return nil
+	}
+	b := append([]byte(`{"type":"ack","id":`), id...)
+	return append(b, '}')
+}
+
+func errorFrame(id json.RawMessage, code, message string) []byte {
+	b := []byte(`{"type":"error",`)
+	if len(id) > 0 {
+		b = append(b, `"id":`...)
+		b = append(b, id...)
+		b = append(b, ',')
+	}
+	b = append(b, `"code":"`...)
+	b = append(b, code...)
+	b = append(b, `","message":`...)
+	m, _ := json.Marshal(message)
+	b = append(b, m...)
+	return append(b, '}')
+}
+
+// scalarJSON reports whether raw (valid JSON) is a string or a number.
+func scalarJSON(raw json.RawMessage) bool {
+	switch c := raw[0]; {
+	case c == '"', c == '-', '0' <= c && c <= '9':
+		return true
+	}
+	return false
+}
