@@ -53,9 +53,9 @@ type Broker struct {
 
 	buf sync.Pool // *[]byte, messages being encoded
 
-	published, publishFailed, tooLarge        atomic.Uint64
-	received, lost, malformed                 atomic.Uint64
-	disconnects, reconnects, asyncErrors      atomic.Uint64
+	published, publishFailed, tooLarge   atomic.Uint64
+	received, lost, malformed            atomic.Uint64
+	disconnects, reconnects, asyncErrors atomic.Uint64
 }
 
 type attachment struct {
