@@ -97,6 +97,9 @@ func (s *Server) closed(endpoint string) func(*rally.Conn, *rally.CloseError) {
 	return func(_ *rally.Conn, ce *rally.CloseError) {
 		s.conns.Add(-1)
 		s.m.closed(endpoint, ce.Code)
+		if s.closedHook != nil {
+			s.closedHook()
+		}
 	}
 }
 

@@ -115,6 +115,8 @@ type Server struct {
 	wsConns, subs, publishes, deliveries atomic.Int64
 
 	closers []func() // run at the end of shutdown (brokers, embedded servers)
+
+	closedHook func() // tests: called when a connection has ended
 }
 
 // New returns a server for cfg with defaults filled in, or an error that
