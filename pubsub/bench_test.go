@@ -94,7 +94,7 @@ func BenchmarkPublish(b *testing.B) {
 //
 // syscw/delivery counts the process's write system calls (/proc/self/io):
 // the server's write and writev calls and the Go runtime's own; the
-// clients send with sendto, which is not counted there.
+// clients send with sendmsg, which is not counted there.
 func BenchmarkChat32(b *testing.B) {
 	const clients, perRound = 32, 16
 	for _, batched := range []bool{true, false} {
@@ -150,7 +150,7 @@ func BenchmarkChat32(b *testing.B) {
 }
 
 // chatClient is one raw client of the chat benchmark: it sends prebuilt
-// masked frames with sendto and counts the frames it receives without
+// masked frames with sendmsg and counts the frames it receives without
 // allocating.
 type chatClient struct {
 	nc    net.Conn
@@ -183,7 +183,7 @@ func dialChatClient(b *testing.B, addr string, id, perRound int) *chatClient {
 	return c
 }
 
-// send sends the round's messages, one sendto per message.
+// send sends the round's messages, one sendmsg per message.
 func (c *chatClient) send(b *testing.B) {
 	out := c.out
 	for _, n := range c.sizes {
@@ -192,7 +192,7 @@ func (c *chatClient) send(b *testing.B) {
 		var serr error
 		err := c.rc.Write(func(fd uintptr) bool {
 			for len(frame) > 0 {
-				err := syscall.Sendto(int(fd), frame, syscall.MSG_NOSIGNAL, nil)
+				n, err := syscall.SendmsgN(int(fd), frame, nil, nil, syscall.MSG_NOSIGNAL)
 				if err == syscall.EAGAIN {
 					return false
 				}
@@ -200,7 +200,7 @@ func (c *chatClient) send(b *testing.B) {
 					serr = err
 					return true
 				}
-				frame = frame[:0] // a stream socket takes all of a small frame or none
+				frame = frame[n:]
 			}
 			return true
 		})
