@@ -24,7 +24,7 @@ type testServer struct {
 	stop func()
 }
 
-func serve(t *testing.T, cfg Config) *testServer {
+func serve(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,17 +65,17 @@ func serve(t *testing.T, cfg Config) *testServer {
 
 // client is a /ws client for tests.
 type client struct {
-	t *testing.T
+	t testing.TB
 	c *rally.Conn
 }
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func dial(t *testing.T, url string, opts *rally.DialOptions) *client {
+func dial(t testing.TB, url string, opts *rally.DialOptions) *client {
 	t.Helper()
 	c, _, err := rally.Dial(testContext(t), url, opts)
 	if err != nil {
@@ -152,7 +152,7 @@ func sameJSON(a, b string) bool {
 // metric returns the value of the sample named by series (name and
 // labels as the text format writes them, e.g. `rally_publishes_total{source="ws"}`),
 // or -1 if there is none.
-func metric(t *testing.T, base, series string) float64 {
+func metric(t testing.TB, base, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
@@ -171,7 +171,7 @@ func metric(t *testing.T, base, series string) float64 {
 	return -1
 }
 
-func post(t *testing.T, url, contentType, auth string, body []byte) (int, string) {
+func post(t testing.TB, url, contentType, auth string, body []byte) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(string(body)))
 	if contentType != "" {

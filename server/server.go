@@ -11,6 +11,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -91,8 +93,11 @@ type Config struct {
 	// random name.
 	Node string
 	// Broker, when set, carries publishes to and from other nodes; the
-	// server closes it on shutdown. NATS (see NATSConfig) sets one up.
+	// server closes it on shutdown. Leave it nil when NATS is set.
 	Broker pubsub.Broker
+	// NATS, when its URL or Embedded is set, joins this node to others
+	// through NATS.
+	NATS NATSConfig
 }
 
 // Server serves the endpoints of `rally serve`. Create it with New.
@@ -115,6 +120,8 @@ type Server struct {
 	wsConns, subs, publishes, deliveries atomic.Int64
 
 	closers []func() // run at the end of shutdown (brokers, embedded servers)
+
+	embeddedNATS string // client URL of the embedded NATS server, if any
 
 	closedHook func() // tests: called when a connection has ended
 }
@@ -148,7 +155,17 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.checkBind(cfg.Addr); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, m: newMetrics()}
+	if cfg.Node == "" {
+		var b [6]byte
+		rand.Read(b[:])
+		cfg.Node = hex.EncodeToString(b[:])
+	}
+	m := newMetrics()
+	stopNATS, embeddedURL, err := startNATS(&cfg, m)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embeddedURL}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -160,14 +177,18 @@ func New(cfg Config) (*Server, error) {
 		Broker: cfg.Broker,
 		Node:   cfg.Node,
 		OnError: func(err error) {
-			s.m.drops.WithLabelValues("broker").Inc()
 			s.log.Warn("pub/sub across nodes", "err", err)
 		},
 	})
 	if err != nil {
+		if cfg.Broker != nil {
+			cfg.Broker.Close()
+		}
+		stopNATS()
 		return nil, fmt.Errorf("rally serve: %w", err)
 	}
 	s.hub = hub
+	s.closers = append(s.closers, stopNATS)
 	if cfg.Broker != nil {
 		s.closers = append(s.closers, func() { hub.Close() })
 	}
@@ -340,6 +361,12 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "  publish:  POST %s://%s/publish/{topic}\n", http, a)
 	fmt.Fprintf(out, "  echo:     %s://%s/echo\n", ws, a)
 	fmt.Fprintf(out, "  metrics:  %s://%s/metrics\n", http, a)
+	if s.embeddedNATS != "" {
+		fmt.Fprintf(out, "  NATS:     embedded server for other nodes at %s\n", s.embeddedNATS)
+	}
+	if s.cfg.NATS.URL != "" {
+		fmt.Fprintf(out, "  NATS:     sharing topics with other nodes through %s\n", redactURL(s.cfg.NATS.URL))
+	}
 	switch {
 	case s.secret != nil:
 		fmt.Fprintf(out, "  auth:     /ws and /echo need a token signed with the token secret\n")

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// twoNodes starts node A with an embedded NATS server and node B
+// connected to it.
+func twoNodes(t testing.TB) (a, b *testServer) {
+	t.Helper()
+	a = serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}})
+	if a.embeddedNATS == "" {
+		t.Fatal("node a reports no embedded NATS URL")
+	}
+	b = serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS}})
+	return a, b
+}
+
+// awaitRoute publishes probes from pub on topic until sub receives one:
+// NATS orders a subscription and a publish only on one connection, so the
+// first publish after sub's node subscribed may reach NATS before the
+// subscription does.
+func awaitRoute(t testing.TB, pub, sub *client, topic string) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		pub.send(fmt.Sprintf(`{"type":"publish","topic":%q,"data":"probe"}`, topic))
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, p, err := sub.c.Read(ctx)
+		cancel()
+		if err == nil {
+			if !strings.Contains(string(p), `"probe"`) {
+				t.Fatalf("waiting for a probe, got %s", p)
+			}
+			return
+		}
+		if ctx.Err() == nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	t.Fatal("no probe crossed the nodes in 100 tries")
+}
+
+func TestPublishOnOneNodeReachesSubscribersOfBothThroughEmbeddedNATS(t *testing.T) {
+	a, b := twoNodes(t)
+	onA := dial(t, a.ws+"/ws", nil)
+	onB := dial(t, b.ws+"/ws", nil)
+	pub := dial(t, a.ws+"/ws", nil)
+	for _, c := range []*client{onA, onB} {
+		c.send(`{"type":"subscribe","topic":"x.y*z>","id":1}`)
+		if got := c.next(); !strings.Contains(got, "invalid_topic") {
+			t.Fatalf("a topic with NATS wildcards: %s, want invalid_topic", got)
+		}
+		c.send(`{"type":"subscribe","topic":"room.1","id":1}`)
+		c.expect(`{"type":"ack","id":1}`)
+	}
+	awaitRoute(t, pub, onB, "room.1")
+	// onA saw the probe too, exactly once, from its own node.
+	onA.expect(`{"type":"message","topic":"room.1","data":"probe"}`)
+
+	pub.send(`{"type":"publish","topic":"room.1","data":{"n":1},"id":9}`)
+	pub.expect(`{"type":"ack","id":9}`)
+	for _, c := range []*client{onA, onB} {
+		for {
+			got := c.next()
+			if strings.Contains(got, "probe") {
+				continue // a late probe
+			}
+			if !sameJSON(got, `{"type":"message","topic":"room.1","data":{"n":1}}`) {
+				t.Fatalf("got %s", got)
+			}
+			break
+		}
+	}
+	// And from B's publish API to A's subscriber.
+	status, _ := post(t, b.http+"/publish/room.1", "application/json", "", []byte(`"from b"`))
+	if status != 200 {
+		t.Fatalf("publish on b: %d", status)
+	}
+	onA.expect(`{"type":"message","topic":"room.1","data":"from b"}`)
+	onB.expect(`{"type":"message","topic":"room.1","data":"from b"}`)
+
+	if got := metric(t, b.http, `rally_nats_connected`); got != 1 {
+		t.Errorf("rally_nats_connected on b = %v, want 1", got)
+	}
+	if got := metric(t, a.http, `rally_nats_messages_total{direction="out"}`); got < 2 {
+		t.Errorf("rally_nats_messages_total{direction=\"out\"} on a = %v, want at least 2", got)
+	}
+}
+
+func TestNATSRoutesNeedAnEmbeddedServer(t *testing.T) {
+	if _, err := New(Config{NATS: NATSConfig{Routes: []string{"nats://127.0.0.1:1"}}}); err == nil {
+		t.Fatal("routes without --embedded-nats were accepted")
+	}
+}
+
+// BenchmarkCrossNodeDelivery measures messages per second from a
+// publisher on node A to a subscriber on node B through an embedded NATS
+// server: each op is one 64-byte publish; the subscriber counts what
+// arrives.
+func BenchmarkCrossNodeDelivery(bm *testing.B) {
+	a, b := twoNodes(bm)
+	pub := dial(bm, a.ws+"/ws", nil)
+	sub := dial(bm, b.ws+"/ws", nil)
+	sub.send(`{"type":"subscribe","topic":"bench","id":1}`)
+	sub.expect(`{"type":"ack","id":1}`)
+	awaitRoute(bm, pub, sub, "bench")
+	payload := `{"type":"publish","topic":"bench","data":"` + strings.Repeat("x", 64) + `"}`
+	done := make(chan int)
+	go func() {
+		n := 0
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, p, err := sub.c.Read(ctx)
+			cancel()
+			if err != nil {
+				done <- n
+				return
+			}
+			if strings.Contains(string(p), `"end"`) {
+				done <- n
+				return
+			}
+			n++
+		}
+	}()
+	bm.ResetTimer()
+	for i := 0; i < bm.N; i++ {
+		pub.send(payload)
+	}
+	pub.send(`{"type":"publish","topic":"bench","data":"end"}`)
+	n := <-done
+	bm.StopTimer()
+	bm.ReportMetric(float64(n)/bm.Elapsed().Seconds(), "delivered/s")
+	bm.ReportMetric(float64(bm.N-n), "lost")
+}
