@@ -105,7 +105,8 @@ type compression struct {
 	bits      int  // the window this side sends with
 	takeover  bool // this side keeps context between the messages it sends
 	threshold int
-	used      bool // since the last idle
+	sendUsed  bool // since the last idle; guarded by the connection's wmu
+	recvUsed  bool // since the last idle; the reader's
 }
 
 // enableCompression sets the connection up for the negotiated parameters.
@@ -148,7 +149,7 @@ func (z *compression) wantsCompression(n int) bool {
 func (c *Conn) compressLocked(p []byte) *[]byte {
 	buf := bufpool.Get(len(p)/2 + 64)
 	*buf = c.z.comp.Compress((*buf)[:0], p)
-	c.z.used = true
+	c.z.sendUsed = true
 	return buf
 }
 
@@ -163,7 +164,7 @@ func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
 		limit = 1<<63 - 1
 	}
 	out, err := c.z.decomp.Inflate((*c.infl)[:0], msg, limit)
-	c.z.used = true
+	c.z.recvUsed = true
 	if err != nil {
 		return nil, err
 	}
@@ -180,14 +181,19 @@ func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
 // quiet (the reader is about to wait for more bytes).
 func (c *Conn) idleCompression() {
 	z := c.z
-	if z == nil || !z.used {
+	if z == nil {
 		return
 	}
-	z.used = false
-	z.decomp.Idle()
+	if z.recvUsed {
+		z.recvUsed = false
+		z.decomp.Idle()
+	}
 	if z.comp != nil {
 		c.wmu.Lock()
-		z.comp.Idle()
+		if z.sendUsed {
+			z.sendUsed = false
+			z.comp.Idle()
+		}
 		c.wmu.Unlock()
 	}
 }

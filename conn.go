@@ -64,42 +64,43 @@ type Conn struct {
 	unwatchFn      func() bool
 
 	// Write side, guarded by wmu (see write.go).
-	wmu         sync.Mutex
-	wq          *[]byte // queued frames, borrowed while non-empty
-	wpos        int     // bytes of wq already written
-	wlocked     int     // bytes of wq a flusher is writing outside the lock
-	wf          []qframe
-	wfh         int // first record not yet fully written
-	wfStart     int // where record wfh starts in wq (negative once compacted mid-frame)
-	hdr         [frame.MaxHeaderSize]byte
-	seq         uint64
-	doneSeq     uint64
-	flushing    bool
-	werr        error // once set, every send fails with it
-	progress    chan struct{}
-	writerOpen  bool
-	wslot       chan struct{}
-	mw          *messageWriter // made by the first Writer
-	iov         [2]syscall.Iovec
-	wa, wb      []byte
-	wn          int
-	wioErr      error
-	writeFn     func(fd uintptr) bool
-	flushFn     func(fd uintptr) bool
-	corked      int
-	inlineWrite bool       // a blocking write on a TLS-like transport writes from its own goroutine
-	corkBypass  bool       // a blocking write goes past the cork (it flushed it first)
-	corkPeers   []*Conn    // connections that joined this one's cork (JoinCork)
-	corkOwner   *Conn      // the connection whose cork this one joined
-	dones       []doneCall // completions to run once wmu is released
-	spareDones  []doneCall
-	drainArmed  bool // a send was queued under backpressure
-	drainDue    bool
-	held        []heldFrame // sends accepted while a Writer streams
-	closeSent   bool
-	closeSeq    uint64
-	closeTimer  *time.Timer
-	lastPing    time.Time
+	wmu            sync.Mutex
+	wq             *[]byte // queued frames, borrowed while non-empty
+	wpos           int     // bytes of wq already written
+	wlocked        int     // bytes of wq a flusher is writing outside the lock
+	wf             []qframe
+	wfh            int // first record not yet fully written
+	wfStart        int // where record wfh starts in wq (negative once compacted mid-frame)
+	hdr            [frame.MaxHeaderSize]byte
+	seq            uint64
+	doneSeq        uint64
+	flushing       bool
+	werr           error // once set, every send fails with it
+	progress       chan struct{}
+	writerOpen     bool
+	wslot          chan struct{}
+	mw             *messageWriter // made by the first Writer
+	iov            [2]syscall.Iovec
+	wa, wb         []byte
+	wn             int
+	wioErr         error
+	writeFn        func(fd uintptr) bool
+	flushFn        func(fd uintptr) bool
+	corked         int
+	inlineWrite    bool    // a blocking write on a TLS-like transport writes from its own goroutine
+	corkBypass     bool    // a blocking write goes past the cork (it flushed it first)
+	corkPeers      []*Conn // connections that joined this one's cork (JoinCork)
+	corkOwner      *Conn   // the connection whose cork this one joined
+	spareCorkPeers []*Conn
+	dones          []doneCall // completions to run once wmu is released
+	spareDones     []doneCall
+	drainArmed     bool // a send was queued under backpressure
+	drainDue       bool
+	held           []heldFrame // sends accepted while a Writer streams
+	closeSent      bool
+	closeSeq       uint64
+	closeTimer     *time.Timer
+	lastPing       time.Time
 
 	// Close state.
 	peerCode     uint16

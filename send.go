@@ -248,13 +248,23 @@ func (c *Conn) corkEnd() {
 		// this connection itself joined another's (two publishers feeding
 		// each other must not hold each other forever).
 		peers = c.corkPeers
-		c.corkPeers = nil
+		c.corkPeers = c.spareCorkPeers[:0]
+		c.spareCorkPeers = nil
 		c.uncorkedLocked()
 	}
 	c.unlockWrite()
-	for _, p := range peers {
-		p.leaveCork()
+	if peers == nil {
+		return
 	}
+	for i, p := range peers {
+		p.leaveCork()
+		peers[i] = nil
+	}
+	c.wmu.Lock()
+	if c.spareCorkPeers == nil {
+		c.spareCorkPeers = peers[:0] // no allocation per batch
+	}
+	c.wmu.Unlock()
 }
 
 // uncorkedLocked writes what was gathered once no cork holds it any more.
