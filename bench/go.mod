@@ -1,6 +1,6 @@
 module github.com/rallyws/rally/bench
 
-go 1.26
+go 1.26.0
 
 replace github.com/rallyws/rally => ../
 
@@ -18,6 +18,6 @@ require (
 	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lesismal/llib v1.2.2 // indirect
-	golang.org/x/crypto v0.0.0-20210513122933-cd7d49e622d5 // indirect
-	golang.org/x/sys v0.0.0-20210423082822-04245dca01da // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 )
