@@ -24,21 +24,35 @@ const testTimeout = 20 * time.Second
 // TestMain fails the run if the tests leave goroutines behind (brokers,
 // servers, connections not closed), after giving them time to wind down.
 func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
 	code := m.Run()
 	if code == 0 {
 		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		leaked := leftovers()
+		for leaked != "" && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
+			leaked = leftovers()
 		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "FAIL: %d goroutines leaked by the tests:\n%s\n", n-before, buf)
+		if leaked != "" {
+			fmt.Fprintf(os.Stderr, "FAIL: goroutines leaked by the tests:\n%s\n", leaked)
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// leftovers returns the stacks of goroutines that belong to no test:
+// all but this one and those of the runtime and the testing package.
+func leftovers() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var left []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "natsbroker.TestMain") || strings.Contains(g, "os/signal.") || strings.Contains(g, "testing.(*") || strings.Contains(g, "testing.runFuzz") {
+			continue
+		}
+		left = append(left, g)
+	}
+	return strings.Join(left, "\n\n")
 }
 
 func startEmbedded(t testing.TB, addr string, routes []string, clusterAddr string) *Embedded {
