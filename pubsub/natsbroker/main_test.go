@@ -247,3 +247,5 @@ func (r *recorder) next(t testing.TB) pubsub.Message {
 	}
 	return pubsub.Message{}
 }
+
+func timeAfter() <-chan time.Time { return time.After(testTimeout) }
