@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/deflate"
 )
 
 const catUsage = `Usage: rally cat [flags] URL
@@ -48,6 +49,12 @@ Exit status: 0 when the session ended normally (this side closed it, or
 the server closed with 1000 or without a code), 1 when it failed (the
 handshake failed, the connection broke, the server closed with another
 code), 2 for wrong usage, 130 after an interrupt.
+
+Compression (permessage-deflate, RFC 7692) is off unless --compress is
+given, as in wscat: without it rally cat offers nothing, so what is on the
+wire is what was typed. With --compress the client offers it with rally's
+defaults and the server accepts it; "connected" then says whether it was
+negotiated and with which parameters.
 
 HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read as Go's net/http reads them
 (never for localhost or loopback addresses); --proxy is always used.
@@ -76,6 +83,7 @@ type catConfig struct {
 	insecure     bool
 	proxy        *url.URL
 	listen       string
+	compress     bool
 }
 
 // cat runs rally cat with args (after "cat") and returns its exit status.
@@ -103,7 +111,6 @@ func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
 	var headers listFlag
 	var wait float64
 	var proxy string
-	var compress bool
 	fs.Var(&cfg.execute, "x", "send `MSG` (repeatable), instead of reading stdin")
 	fs.Float64Var(&wait, "w", 0, "after the input ends, wait `SECONDS` for replies before closing")
 	fs.Var(&headers, "H", "add the request header `'Name: value'` (repeatable; with --listen, to the 101 response)")
@@ -111,7 +118,7 @@ func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
 	fs.BoolVar(&cfg.binary, "binary", false, "send binary messages instead of text")
 	fs.BoolVar(&cfg.insecure, "insecure", false, "accept any TLS certificate (self-signed servers)")
 	fs.StringVar(&proxy, "proxy", "", "connect through the HTTP proxy at `URL` (http://[user:password@]host:port)")
-	fs.BoolVar(&compress, "compress", false, "offer permessage-deflate (not supported yet)")
+	fs.BoolVar(&cfg.compress, "compress", false, "offer (with --listen: accept) permessage-deflate compression")
 	fs.StringVar(&cfg.listen, "listen", "", "be a server listening on `ADDR` (host:port) instead of a client")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, catUsage)
@@ -148,8 +155,6 @@ func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
 		return nil, 2
 	}
 	switch {
-	case compress:
-		return usage("--compress: permessage-deflate is not supported yet")
 	case len(urls) > 1:
 		return usage("one URL at most, got %d arguments", len(urls))
 	case len(urls) == 1 && cfg.listen != "":
@@ -192,6 +197,8 @@ func (cfg *catConfig) messageType() rally.MessageType {
 // catDial is rally cat as a client.
 func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stderr io.Writer) int {
 	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols}
+	// Like wscat, rally cat offers no compression unless asked.
+	opts.Compression = &rally.CompressionOptions{Disabled: !cfg.compress}
 	if cfg.insecure {
 		opts.TLSConfig = &tls.Config{InsecureSkipVerify: true}
 	}
@@ -212,7 +219,7 @@ func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stder
 		}
 		return 1
 	}
-	fmt.Fprintf(stderr, "connected%s\n", subprotocolNote(c))
+	fmt.Fprintf(stderr, "connected%s%s\n", subprotocolNote(c), compressionNote(cfg.compress, resp.Header.Get("Sec-WebSocket-Extensions")))
 
 	ended := make(chan *rally.CloseError, 1)
 	go func() {
@@ -318,6 +325,18 @@ func closeText(ce *rally.CloseError) string {
 }
 
 // subprotocolNote names the subprotocol chosen, if any.
+// compressionNote says, when compression was offered or accepted, whether
+// it was negotiated: answer is the Sec-WebSocket-Extensions of the 101.
+func compressionNote(offered bool, answer string) string {
+	switch {
+	case !offered:
+		return ""
+	case answer == "":
+		return " (compression: not negotiated)"
+	}
+	return fmt.Sprintf(" (compression: %s)", answer)
+}
+
 func subprotocolNote(c *rally.Conn) string {
 	if p := c.Subprotocol(); p != "" {
 		return fmt.Sprintf(" (subprotocol %s)", p)
@@ -346,8 +365,22 @@ func catListen(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, std
 	conns := map[*rally.Conn]bool{}
 	var live sync.WaitGroup // one per connection, from Open to Close
 	typ := cfg.messageType()
+	var compression *rally.CompressionOptions
+	if cfg.compress {
+		compression = &rally.CompressionOptions{}
+	}
 	ws := &rally.Server{
+		// The answer the handshake gives a client's compression offer is
+		// worked out as the server does, to say it when the client connects.
+		Upgrade: func(_ http.ResponseWriter, r *http.Request) (any, bool) {
+			if !cfg.compress {
+				return "", true
+			}
+			_, answer, _ := deflate.Negotiate(r.Header.Values("Sec-WebSocket-Extensions"), deflate.ServerConfig{})
+			return answer, true
+		},
 		Options: &rally.AcceptOptions{
+			Compression:    compression,
 			Subprotocols:   cfg.subprotocols,
 			OriginPatterns: []string{"localhost", "127.0.0.1", `\[::1\]`},
 			ResponseHeader: func(_ *http.Request, h http.Header) {
@@ -364,7 +397,8 @@ func catListen(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, std
 			mu.Lock()
 			conns[c] = true
 			mu.Unlock()
-			fmt.Fprintf(stderr, "client %s connected%s\n", c.RemoteAddr(), subprotocolNote(c))
+			answer, _ := c.Data().(string)
+			fmt.Fprintf(stderr, "client %s connected%s%s\n", c.RemoteAddr(), subprotocolNote(c), compressionNote(cfg.compress, answer))
 			for _, m := range cfg.execute {
 				c.Send(typ, []byte(m))
 			}

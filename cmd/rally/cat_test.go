@@ -228,7 +228,6 @@ func TestCatRefusesWrongUsageWithStatus2(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "ws://a/"}, "not both"},
 		{[]string{"-H", "no colon", "ws://a/"}, "-H wants 'Name: value'"},
 		{[]string{"-w", "-1", "ws://a/"}, "-w must not be negative"},
-		{[]string{"--compress", "ws://a/"}, "not supported yet"},
 		{[]string{"--proxy", "::user:SECRET", "ws://a/"}, "--proxy wants a URL"},
 		{[]string{"--no-such-flag", "ws://a/"}, "flag provided but not defined"},
 	} {
@@ -442,4 +441,135 @@ func startTinyproxy(t *testing.T) *tinyproxy {
 	}
 	t.Fatal("tinyproxy could not listen on a free port")
 	return nil
+}
+
+// offerRecorder serves a compressing echo server and keeps the
+// Sec-WebSocket-Extensions header of each handshake.
+type offerRecorder struct {
+	mu     sync.Mutex
+	offers []string
+}
+
+func (o *offerRecorder) last() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.offers) == 0 {
+		return "(no handshake)"
+	}
+	return o.offers[len(o.offers)-1]
+}
+
+func startCompressingEcho(t *testing.T, compression *rally.CompressionOptions) (string, *offerRecorder) {
+	t.Helper()
+	rec := &offerRecorder{}
+	ws := &rally.Server{
+		Options: &rally.AcceptOptions{Compression: compression},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			c.Send(typ, p)
+			c.Close(rally.CloseNormal, "done")
+		},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.offers = append(rec.offers, r.Header.Get("Sec-WebSocket-Extensions"))
+		rec.mu.Unlock()
+		ws.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http"), rec
+}
+
+func TestCatOffersCompressionOnlyWithCompressAndSaysWhetherItWasNegotiated(t *testing.T) {
+	long := strings.Repeat("compress me ", 200) // above the server's threshold
+	cases := []struct {
+		name        string
+		server      *rally.CompressionOptions
+		args        []string
+		offer, note string
+	}{
+		{"NoOfferByDefault", &rally.CompressionOptions{}, nil, "", "connected\n"},
+		{"OfferedAndNegotiated", &rally.CompressionOptions{ServerNoContextTakeover: true}, []string{"--compress"}, "permessage-deflate; client_max_window_bits", "connected (compression: permessage-deflate; server_no_context_takeover)\n"},
+		{"OfferedAndDeclined", nil, []string{"--compress"}, "permessage-deflate; client_max_window_bits", "connected (compression: not negotiated)\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, rec := startCompressingEcho(t, tc.server)
+			status, out, errs := runCat(t, "", append(tc.args, "-x", long, "-w", "30", url)...)
+			if status != 0 || out != long+"\n" {
+				t.Fatalf("rally cat = %d, stdout %.40q..., stderr %q; want 0 and the echo", status, out, errs)
+			}
+			if got := rec.last(); got != tc.offer {
+				t.Errorf("offered %q, want %q", got, tc.offer)
+			}
+			if !strings.HasPrefix(errs, tc.note) {
+				t.Errorf("stderr %q, want it to start with %q", errs, tc.note)
+			}
+		})
+	}
+}
+
+func TestCatListenAcceptsCompressionOnlyWithCompressAndSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		answer string
+		note   string
+	}{
+		{[]string{"--compress"}, "permessage-deflate", " (compression: permessage-deflate)"},
+		{nil, "", ""},
+	} {
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			stdinR, stdinW := io.Pipe()
+			errR, errW := io.Pipe()
+			outR, outW := io.Pipe()
+			done := make(chan int, 1)
+			go func() {
+				done <- cat(append(tc.args, "--listen", "127.0.0.1:0"), stdinR, outW, errW)
+				errW.Close()
+				outW.Close()
+			}()
+			errLines := bufio.NewScanner(errR)
+			outLines := bufio.NewScanner(outR)
+			if !errLines.Scan() {
+				t.Fatal("rally cat --listen said nothing")
+			}
+			addr, ok := strings.CutPrefix(errLines.Text(), "listening on ws://")
+			if !ok {
+				t.Fatalf("first line of stderr %q does not say where rally cat listens", errLines.Text())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), catTimeout)
+			defer cancel()
+			c, resp, err := rally.Dial(ctx, "ws://"+addr, nil) // offers compression
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			if got := resp.Header.Get("Sec-WebSocket-Extensions"); got != tc.answer {
+				t.Errorf("answer %q, want %q", got, tc.answer)
+			}
+			if !errLines.Scan() || !strings.HasSuffix(errLines.Text(), "connected"+tc.note) {
+				t.Fatalf("stderr %q, want the client's connection ending %q", errLines.Text(), "connected"+tc.note)
+			}
+			msg := strings.Repeat("squeeze ", 300)
+			if err := c.Write(ctx, rally.Text, []byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			if !outLines.Scan() || outLines.Text() != msg {
+				t.Fatalf("stdout %.40q, want the client's message", outLines.Text())
+			}
+			stdinW.Close()
+			if _, _, err := c.Read(ctx); closeCode(err) != rally.CloseGoingAway {
+				t.Fatalf("client read %v after stdin ended, want a close with 1001", err)
+			}
+			go io.Copy(io.Discard, outR)
+			go io.Copy(io.Discard, errR)
+			select {
+			case status := <-done:
+				if status != 0 {
+					t.Fatalf("rally cat --listen exited with %d", status)
+				}
+			case <-time.After(catTimeout):
+				t.Fatal("rally cat --listen did not exit after stdin ended")
+			}
+		})
+	}
 }
