@@ -58,7 +58,6 @@ func authorize(r *http.Request, secret []byte) (*grant, error) {
 	_, err := jwt.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return secret, nil },
 		jwt.WithValidMethods([]string{"HS256", "HS384", "HS512"}),
 		jwt.WithExpirationRequired(),
-		jwt.WithLeeway(5*time.Second),
 	)
 	if err != nil {
 		return nil, tokenError(err)

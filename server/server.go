@@ -292,6 +292,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 // is left, detaches from other nodes and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := s.cfg.checkBind(ln.Addr().String()); err != nil {
+		s.shutdownNodes()
 		return err
 	}
 	hs := &http.Server{
