@@ -19,6 +19,11 @@ import (
 // past it the broker forgets them all and starts a new stream.
 const maxOutTopics = 1 << 16
 
+// inboxLen is how many received messages wait for the broker's delivery
+// goroutine; NATS drops what comes on top (a slow consumer), and the
+// receivers count those as lost.
+const inboxLen = 1 << 16
+
 // maxSenders bounds the nodes a subscription remembers the last sequence
 // number of; past it the subscription forgets them all (and cannot tell
 // losses until each sender's next message).
@@ -35,6 +40,11 @@ const maxSenders = 4096
 // once: the NATS client keeps publishes for a while (8 MiB by default) and
 // sends them on reconnection, but messages may be lost, and a receiving
 // node counts those it can prove lost (Stats.Lost) and reports them.
+//
+// A broker runs one goroutine that hands received messages to its hub, in
+// the order they came, whatever the number of topics. Up to 65536 may wait
+// for it; NATS drops those beyond (a slow consumer, reported and counted
+// as lost).
 type Broker struct {
 	cfg config
 	nc  *nats.Conn
@@ -48,8 +58,17 @@ type Broker struct {
 	out    map[string]*outTopic
 	stream uint32
 
-	subMu sync.Mutex
+	// subMu guards subs and bySub; the delivery goroutine reads bySub.
+	subMu sync.RWMutex
 	subs  map[string]*topicSub
+	bySub map[*nats.Subscription]*topicSub
+
+	// Every subscription feeds inbox, which one goroutine drains until
+	// done is closed, then closes drained: a node's cost in goroutines
+	// does not grow with its topics.
+	inbox   chan *nats.Msg
+	done    chan struct{}
+	drained chan struct{}
 
 	buf sync.Pool // *[]byte, messages being encoded
 
@@ -83,10 +102,14 @@ func New(url string, opts ...Option) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:    cfg,
-		out:    map[string]*outTopic{},
-		stream: newStream(),
-		subs:   map[string]*topicSub{},
+		cfg:     cfg,
+		out:     map[string]*outTopic{},
+		stream:  newStream(),
+		subs:    map[string]*topicSub{},
+		bySub:   map[*nats.Subscription]*topicSub{},
+		inbox:   make(chan *nats.Msg, inboxLen),
+		done:    make(chan struct{}),
+		drained: make(chan struct{}),
 	}
 	b.buf.New = func() any { return new([]byte) }
 
@@ -127,7 +150,26 @@ func New(url string, opts ...Option) (*Broker, error) {
 		return nil, fmt.Errorf("natsbroker: connecting to %s: %w", redact(url), err)
 	}
 	b.nc = nc
+	go b.deliverLoop()
 	return b, nil
+}
+
+// deliverLoop hands what NATS brings to the hub, in the order it came.
+func (b *Broker) deliverLoop() {
+	defer close(b.drained)
+	for {
+		select {
+		case m := <-b.inbox:
+			b.subMu.RLock()
+			t := b.bySub[m.Sub]
+			b.subMu.RUnlock()
+			if t != nil { // else its topic lost interest meanwhile
+				t.handle(m)
+			}
+		case <-b.done:
+			return
+		}
+	}
 }
 
 func newStream() uint32 {
@@ -218,6 +260,7 @@ func (b *Broker) Interest(topic string, interested bool) error {
 			return nil
 		}
 		delete(b.subs, topic)
+		delete(b.bySub, t.sub)
 		if err := t.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			return fmt.Errorf("natsbroker: unsubscribing from topic %q: %w", topic, err)
 		}
@@ -227,12 +270,13 @@ func (b *Broker) Interest(topic string, interested bool) error {
 		return nil
 	}
 	t = &topicSub{b: b, topic: topic, last: map[string]*position{}}
-	sub, err := b.nc.Subscribe(subjectOf(b.cfg.prefix, topic), t.handle)
+	sub, err := b.nc.ChanSubscribe(subjectOf(b.cfg.prefix, topic), b.inbox)
 	if err != nil {
 		return fmt.Errorf("natsbroker: subscribing to topic %q: %w", topic, err)
 	}
 	t.sub = sub
 	b.subs[topic] = t
+	b.bySub[sub] = t
 	return nil
 }
 
@@ -255,6 +299,8 @@ func (b *Broker) Close() error {
 		}
 	}
 	b.nc.Close()
+	close(b.done)
+	<-b.drained
 	return err
 }
 
@@ -290,9 +336,9 @@ type Stats struct {
 // Stats returns the broker's counters. It is cheap and safe to call
 // concurrently.
 func (b *Broker) Stats() Stats {
-	b.subMu.Lock()
+	b.subMu.RLock()
 	topics := len(b.subs)
-	b.subMu.Unlock()
+	b.subMu.RUnlock()
 	return Stats{
 		Published:     b.published.Load(),
 		PublishFailed: b.publishFailed.Load(),
@@ -341,8 +387,7 @@ func (b *Broker) report(err error) {
 }
 
 // topicSub is one topic subscribed on NATS. Its handler runs on the
-// subscription's own goroutine, one message at a time, so last needs no
-// lock.
+// broker's delivery goroutine only, so last needs no lock.
 type topicSub struct {
 	b     *Broker
 	topic string
