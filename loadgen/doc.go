@@ -19,8 +19,11 @@
 //
 // loadgen is for measuring servers: `rally bench` and the side-by-side
 // benchmarks in the bench module use it. It is not a WebSocket client
-// library (use rally.Dial), and it does not negotiate extensions yet, so
-// permessage-deflate cannot be measured with it.
+// library (use rally.Dial). The one extension it negotiates, when asked
+// (Config.Compress), is permessage-deflate, implemented on the standard
+// library's compress/flate for the same reason: its messages are
+// compressed once per run and sent without context takeover, and
+// compressed replies are inflated before they are counted and compared.
 //
 // Scenarios and what they count:
 //

@@ -27,15 +27,18 @@ type target struct {
 	insecure bool
 	request  []byte // the request up to the key header
 	loopback bool   // the server is on 127.0.0.0/8: spread source addresses
-	next     atomic.Uint32
+	compress bool   // offer permessage-deflate
+	// compressed counts the handshakes that accepted permessage-deflate.
+	compressed atomic.Int64
+	next       atomic.Uint32
 }
 
-func newTarget(rawURL string, insecure bool) (*target, error) {
+func newTarget(rawURL string, insecure, compress bool) (*target, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: bad URL: %v", redactURLError(err))
 	}
-	t := &target{tls: u.Scheme == "wss", insecure: insecure, host: u.Hostname()}
+	t := &target{tls: u.Scheme == "wss", insecure: insecure, host: u.Hostname(), compress: compress}
 	port := u.Port()
 	if port == "" {
 		port = "80"
@@ -61,6 +64,9 @@ func newTarget(rawURL string, insecure bool) (*target, error) {
 		pw, _ := u.User.Password()
 		b.WriteString("Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)) + "\r\n")
 	}
+	if compress {
+		b.WriteString("Sec-WebSocket-Extensions: " + deflateOffer + "\r\n")
+	}
 	b.WriteString("Sec-WebSocket-Key: ")
 	t.request = []byte(b.String())
 	return t, nil
@@ -85,7 +91,8 @@ func (e *handshakeError) Error() string { return "handshake: " + e.reason }
 
 // dial opens a TCP (or TLS) connection and performs the opening handshake.
 // It returns the connection and the bytes the server sent after its 101
-// response, which are the start of the WebSocket stream.
+// response, which are the start of the WebSocket stream. When the server
+// accepted permessage-deflate, the connection is a *compressedConn.
 func (t *target) dial(ctx context.Context, spread bool) (net.Conn, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
@@ -105,38 +112,45 @@ func (t *target) dial(ctx context.Context, spread bool) (net.Conn, []byte, error
 		}
 		nc = tc
 	}
-	rest, err := t.handshake(nc)
+	rest, answer, err := t.handshake(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	nc.SetDeadline(time.Time{})
+	if answer != "" {
+		noContext, _, _ := parseDeflateAnswer(answer) // checked by handshake
+		t.compressed.Add(1)
+		return &compressedConn{Conn: nc, serverNoContext: noContext}, rest, nil
+	}
 	return nc, rest, nil
 }
 
 // handshake writes the upgrade request on nc and checks the response
 // (RFC 6455 4.1): status 101, Upgrade and Connection, the accept value of
-// our key, and no extension, since we offered none.
-func (t *target) handshake(nc net.Conn) ([]byte, error) {
+// our key, and no extension unless permessage-deflate was offered, whose
+// answer it returns.
+func (t *target) handshake(nc net.Conn) ([]byte, string, error) {
 	var raw [16]byte
 	rand.Read(raw[:])
 	key := base64.StdEncoding.EncodeToString(raw[:])
 	req := make([]byte, 0, len(t.request)+len(key)+4)
 	req = append(append(append(req, t.request...), key...), "\r\n\r\n"...)
 	if _, err := nc.Write(req); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	buf := make([]byte, 0, 1024)
 	for {
 		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
-			if err := checkResponse(buf[:i], key); err != nil {
-				return nil, err
+			answer, err := checkResponse(buf[:i], key, t.compress)
+			if err != nil {
+				return nil, "", err
 			}
-			return buf[i+4:], nil
+			return buf[i+4:], answer, nil
 		}
 		if len(buf) == cap(buf) {
 			if len(buf) >= 16<<10 {
-				return nil, &handshakeError{"response head longer than 16 KiB"}
+				return nil, "", &handshakeError{"response head longer than 16 KiB"}
 			}
 			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
 		}
@@ -144,9 +158,9 @@ func (t *target) handshake(nc net.Conn) ([]byte, error) {
 		buf = buf[:len(buf)+n]
 		if err != nil && n == 0 {
 			if errors.Is(err, net.ErrClosed) || len(buf) == 0 {
-				return nil, fmt.Errorf("handshake: connection closed before a response: %w", err)
+				return nil, "", fmt.Errorf("handshake: connection closed before a response: %w", err)
 			}
-			return nil, fmt.Errorf("handshake: %w", err)
+			return nil, "", fmt.Errorf("handshake: %w", err)
 		}
 	}
 }
@@ -159,14 +173,17 @@ func acceptValue(key string) string {
 	return base64.StdEncoding.EncodeToString(h[:])
 }
 
-func checkResponse(head []byte, key string) error {
+// checkResponse checks a 101 response head and returns its
+// Sec-WebSocket-Extensions answer, which may be non-empty only when
+// permessage-deflate was offered.
+func checkResponse(head []byte, key string, offered bool) (string, error) {
 	lines := strings.Split(string(head), "\r\n")
 	status := strings.Fields(lines[0])
 	if len(status) < 2 || !strings.HasPrefix(status[0], "HTTP/1.") {
-		return &handshakeError{fmt.Sprintf("not an HTTP response: %.40q", lines[0])}
+		return "", &handshakeError{fmt.Sprintf("not an HTTP response: %.40q", lines[0])}
 	}
 	if status[1] != "101" {
-		return &handshakeError{fmt.Sprintf("status %s, want 101", strings.Join(status[1:], " "))}
+		return "", &handshakeError{fmt.Sprintf("status %s, want 101", strings.Join(status[1:], " "))}
 	}
 	var upgrade, connection, accept, extensions string
 	for _, l := range lines[1:] {
@@ -188,15 +205,18 @@ func checkResponse(head []byte, key string) error {
 	}
 	switch {
 	case !strings.EqualFold(upgrade, "websocket"):
-		return &handshakeError{fmt.Sprintf("Upgrade header %q, want websocket", upgrade)}
+		return "", &handshakeError{fmt.Sprintf("Upgrade header %q, want websocket", upgrade)}
 	case !headerHasToken(connection, "upgrade"):
-		return &handshakeError{fmt.Sprintf("Connection header %q has no upgrade", connection)}
+		return "", &handshakeError{fmt.Sprintf("Connection header %q has no upgrade", connection)}
 	case accept != acceptValue(key):
-		return &handshakeError{"Sec-WebSocket-Accept does not match the key"}
-	case extensions != "":
-		return &handshakeError{fmt.Sprintf("server chose extensions %q that were not offered", extensions)}
+		return "", &handshakeError{"Sec-WebSocket-Accept does not match the key"}
+	case extensions != "" && !offered:
+		return "", &handshakeError{fmt.Sprintf("server chose extensions %q that were not offered", extensions)}
 	}
-	return nil
+	if _, _, err := parseDeflateAnswer(extensions); err != nil {
+		return "", &handshakeError{err.Error()}
+	}
+	return extensions, nil
 }
 
 func headerHasToken(v, token string) bool {

@@ -241,13 +241,6 @@ func TestRunWithServerPIDReportsServerCPUAndMachineLoad(t *testing.T) {
 	}
 }
 
-func TestRunRejectsCompressionUntilItIsSupported(t *testing.T) {
-	_, err := loadgen.Run(context.Background(), loadgen.Config{Scenario: loadgen.Echo, URL: "ws://127.0.0.1:1/", Compress: true})
-	if err != loadgen.ErrCompressionUnsupported {
-		t.Fatalf("got %v, want ErrCompressionUnsupported", err)
-	}
-}
-
 func TestRunStopsEarlyWhenTheContextEnds(t *testing.T) {
 	s := startServer(t, echoReply)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -355,13 +348,5 @@ func TestMainRejectsBadUsageWith2(t *testing.T) {
 		if code := loadgen.Main(args, &out, &errOut); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
-	}
-}
-
-func TestMainSaysCompressionIsNotYetSupported(t *testing.T) {
-	var out, errOut bytes.Buffer
-	code := loadgen.Main([]string{"echo", "ws://127.0.0.1:1/", "--compress"}, &out, &errOut)
-	if code != 1 || !strings.Contains(errOut.String(), "not yet supported") {
-		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}
 }

@@ -14,14 +14,19 @@ import (
 // window only (after the warm-up); Errors covers the whole run. JSON field
 // names are stable for machines.
 type Result struct {
-	Scenario     Scenario  `json:"scenario"`
-	URL          string    `json:"url"` // without user information or query values
-	Conns        int       `json:"conns"`
-	Size         int       `json:"size"`
-	Text         bool      `json:"text"`
-	InFlight     int       `json:"inflight"`
-	VerbatimEcho bool      `json:"verbatim_echo,omitempty"`
-	Started      time.Time `json:"started"`
+	Scenario     Scenario `json:"scenario"`
+	URL          string   `json:"url"` // without user information or query values
+	Conns        int      `json:"conns"`
+	Size         int      `json:"size"`
+	Text         bool     `json:"text"`
+	InFlight     int      `json:"inflight"`
+	VerbatimEcho bool     `json:"verbatim_echo,omitempty"`
+	// Compress says permessage-deflate was offered; CompressedConns counts
+	// the connections (handshakes, for connect) on which the server
+	// accepted it, over the whole run.
+	Compress        bool      `json:"compress,omitempty"`
+	CompressedConns int64     `json:"compressed_conns,omitempty"`
+	Started         time.Time `json:"started"`
 	// WarmupSeconds and WindowSeconds are the warm-up and the measured window.
 	WarmupSeconds float64 `json:"warmup_s"`
 	WindowSeconds float64 `json:"window_s"`
@@ -164,6 +169,9 @@ func (r *Result) WriteSummary(w io.Writer) {
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "  latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", Micros(l.P50), Micros(l.P90), Micros(l.P99), Micros(l.P999), Micros(l.Max))
+	if r.Compress {
+		fmt.Fprintf(w, "  compress  permessage-deflate accepted on %d connections\n", r.CompressedConns)
+	}
 	fmt.Fprintf(w, "  errors    %d\n", r.Errors)
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(w, "            %s\n", s)

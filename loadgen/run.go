@@ -23,14 +23,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	t, err := newTarget(cfg.URL, cfg.InsecureTLS)
+	t, err := newTarget(cfg.URL, cfg.InsecureTLS, cfg.Compress)
 	if err != nil {
 		return nil, err
 	}
 	r := &run{cfg: cfg, target: t}
 	res := &Result{
 		Scenario: cfg.Scenario, URL: redactURL(cfg.URL), Conns: cfg.Conns, Size: cfg.Size,
-		Text: cfg.Text, InFlight: cfg.InFlight, VerbatimEcho: cfg.VerbatimEcho,
+		Text: cfg.Text, InFlight: cfg.InFlight, VerbatimEcho: cfg.VerbatimEcho, Compress: cfg.Compress,
 		Started: time.Now(), WarmupSeconds: cfg.Warmup.Seconds(),
 	}
 	switch cfg.Scenario {
@@ -51,6 +51,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res.Errors = r.errs.n.Load()
+	res.CompressedConns = t.compressed.Load()
 	res.ErrorSamples = r.errs.samples()
 	return res, nil
 }
@@ -67,6 +68,9 @@ type run struct {
 
 	mu    sync.Mutex
 	conns []net.Conn
+
+	zonce sync.Once
+	zbody []byte // the payload compressed, made once per run
 }
 
 func (r *run) now() int64 { return int64(time.Since(r.base)) }
@@ -109,7 +113,12 @@ func (r *run) newConn(nc net.Conn, rest []byte, payload []byte) *conn {
 	var key [4]byte
 	k := rand.Uint32()
 	key[0], key[1], key[2], key[3] = byte(k), byte(k>>8), byte(k>>16), byte(k>>24)
-	c.frame = clientFrame(c.op, payload, key)
+	if _, ok := nc.(*compressedConn); ok {
+		r.zonce.Do(func() { r.zbody = deflateMessage(payload) })
+		c.frame = clientFrameRsv(c.op, bitRsv1, r.zbody, key)
+	} else {
+		c.frame = clientFrame(c.op, payload, key)
+	}
 	c.expect = payload
 	if r.cfg.VerbatimEcho {
 		c.expect = c.frame[len(c.frame)-len(payload):]

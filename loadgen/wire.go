@@ -20,15 +20,22 @@ const (
 
 	bitFin  = 0x80
 	bitsRsv = 0x70
+	bitRsv1 = 0x40
 	bitMask = 0x80
 )
 
 // clientFrame returns one final frame of opcode op, masked with key as a
 // client must (RFC 6455 5.3).
 func clientFrame(op byte, payload []byte, key [4]byte) []byte {
+	return clientFrameRsv(op, 0, payload, key)
+}
+
+// clientFrameRsv is clientFrame with the reserved bits rsv set (RSV1 for a
+// compressed message).
+func clientFrameRsv(op, rsv byte, payload []byte, key [4]byte) []byte {
 	n := len(payload)
 	f := make([]byte, 0, 14+n)
-	f = append(f, bitFin|op)
+	f = append(f, bitFin|rsv|op)
 	switch {
 	case n <= 125:
 		f = append(f, bitMask|byte(n))
@@ -82,6 +89,8 @@ type reader struct {
 	masked bool
 	// stopAtPong makes next return errPong when a pong arrives.
 	stopAtPong bool
+	// z inflates compressed replies when permessage-deflate was negotiated.
+	z *inflater
 }
 
 // errPong is next's answer to a pong when the reader waits for one.
@@ -93,6 +102,9 @@ func newReader(conn net.Conn, size int, leftover []byte) *reader {
 	}
 	r := &reader{conn: conn, buf: make([]byte, size)}
 	r.w = copy(r.buf, leftover)
+	if cc, ok := conn.(*compressedConn); ok {
+		r.z = &inflater{takeover: !cc.serverNoContext}
+	}
 	return r
 }
 
@@ -134,10 +146,11 @@ type message struct {
 // its payload equals expect. Pings are answered with pongs and pongs are
 // skipped; a close frame ends with a *closedError, and anything RFC 6455
 // forbids from a server (for a client that offered no extension) with an
-// error wrapping errProtocol.
+// error wrapping errProtocol. A compressed message is inflated and its
+// inflated payload counted and compared.
 func (p *reader) next(expect []byte, compare bool) (message, error) {
 	var m message
-	inMessage := false
+	inMessage, compressed := false, false
 	m.same = compare
 	for {
 		if err := p.fill(2); err != nil {
@@ -179,11 +192,13 @@ func (p *reader) next(expect []byte, compare bool) (message, error) {
 			copy(key[:], h[hlen-4:])
 		}
 		p.r += hlen
-		if b0&bitsRsv != 0 {
-			return m, fmt.Errorf("%w: reserved bits %#x set without an extension", errProtocol, b0&bitsRsv)
-		}
 		op := b0 & 0x0F
 		fin := b0&bitFin != 0
+		// RFC 7692 6.1: RSV1 marks the first frame of a compressed data
+		// message, and only when permessage-deflate was negotiated.
+		if rsv := b0 & bitsRsv; rsv != 0 && (rsv != bitRsv1 || p.z == nil || inMessage || (op != opText && op != opBinary)) {
+			return m, fmt.Errorf("%w: reserved bits %#x set on opcode %#x", errProtocol, rsv, op)
+		}
 		if op >= opClose {
 			if !fin || length > 125 {
 				return m, fmt.Errorf("%w: control frame fragmented or longer than 125 bytes", errProtocol)
@@ -204,6 +219,25 @@ func (p *reader) next(expect []byte, compare bool) (message, error) {
 		if !inMessage {
 			m.op = op
 			inMessage = true
+			compressed = b0&bitRsv1 != 0
+			if compressed {
+				p.z.zmsg = p.z.zmsg[:0]
+			}
+		}
+		if compressed {
+			if err := p.gather(length); err != nil {
+				return m, err
+			}
+			if !fin {
+				continue
+			}
+			out, err := p.z.inflate()
+			if err != nil {
+				return m, err
+			}
+			m.size = int64(len(out))
+			m.same = compare && bytes.Equal(out, expect)
+			return m, nil
 		}
 		if err := p.skipPayload(&m, length, expect); err != nil {
 			return m, err
@@ -239,6 +273,26 @@ func (p *reader) skipPayload(m *message, length uint64, expect []byte) error {
 		m.size += int64(chunk)
 		p.r += chunk
 		length -= uint64(chunk)
+	}
+	return nil
+}
+
+// gather appends length payload bytes of the current (unmasked) frame to
+// the compressed message being gathered.
+func (p *reader) gather(length uint64) error {
+	if uint64(len(p.z.zmsg))+length > maxInflated {
+		return fmt.Errorf("%w: a compressed reply of more than %d bytes", errProtocol, maxInflated)
+	}
+	for length > 0 {
+		if p.r == p.w {
+			if err := p.fill(1); err != nil {
+				return err
+			}
+		}
+		chunk := min(uint64(p.w-p.r), length)
+		p.z.zmsg = append(p.z.zmsg, p.buf[p.r:p.r+int(chunk)]...)
+		p.r += int(chunk)
+		length -= chunk
 	}
 	return nil
 }
