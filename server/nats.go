@@ -32,37 +32,37 @@ func (n *NATSConfig) enabled() bool { return n.URL != "" || n.Embedded != "" }
 
 // startNATS starts what cfg.NATS asks for and sets cfg.Broker. It returns
 // what to run at shutdown, after the hub has let go of the broker, and the
-// client URL of the embedded server if it started one.
-func startNATS(cfg *Config, m *metrics) (stop func(), embedded string, err error) {
+// embedded server if it started one.
+func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embedded, err error) {
 	n := cfg.NATS
 	if !n.enabled() {
 		if n.Cluster != "" || len(n.Routes) > 0 {
-			return nil, "", errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
+			return nil, nil, errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
 		}
-		return func() {}, "", nil
+		return func() {}, nil, nil
 	}
 	if cfg.Broker != nil {
-		return nil, "", errors.New("rally serve: both a broker and NATS are configured")
+		return nil, nil, errors.New("rally serve: both a broker and NATS are configured")
 	}
 	stop = func() {}
 	addr := n.URL
 	if n.Embedded != "" {
 		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster)
 		if err != nil {
-			return nil, "", fmt.Errorf("rally serve: embedded NATS: %w", err)
+			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
 		}
 		stop = e.Shutdown
-		embedded = e.ClientURL()
+		embedded = e
 		if addr == "" {
 			addr = e.ClientURL()
 		}
 	} else if n.Cluster != "" || len(n.Routes) > 0 {
-		return nil, "", errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
+		return nil, nil, errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
 	}
 	b, err := natsbroker.New(addr, natsbroker.WithName("rally "+cfg.Node))
 	if err != nil {
 		stop()
-		return nil, "", fmt.Errorf("rally serve: %w", err)
+		return nil, nil, fmt.Errorf("rally serve: %w", err)
 	}
 	m.reg.MustRegister(natsCollector{b})
 	cfg.Broker = b

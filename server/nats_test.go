@@ -13,10 +13,7 @@ import (
 func twoNodes(t testing.TB) (a, b *testServer) {
 	t.Helper()
 	a = serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}})
-	if a.embeddedNATS == "" {
-		t.Fatal("node a reports no embedded NATS URL")
-	}
-	b = serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS}})
+	b = serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS.ClientURL()}})
 	return a, b
 }
 
@@ -88,6 +85,37 @@ func TestPublishOnOneNodeReachesSubscribersOfBothThroughEmbeddedNATS(t *testing.
 	}
 	if got := metric(t, a.http, `rally_nats_messages_total{direction="out"}`); got < 2 {
 		t.Errorf("rally_nats_messages_total{direction=\"out\"} on a = %v, want at least 2", got)
+	}
+}
+
+func TestThreeNodesOnTwoRoutedEmbeddedNATSServersShareATopic(t *testing.T) {
+	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0", Cluster: "127.0.0.1:0"}})
+	b := serve(t, Config{Node: "b", NATS: NATSConfig{Embedded: "127.0.0.1:0", Cluster: "127.0.0.1:0",
+		Routes: []string{a.embeddedNATS.ClusterURL()}}})
+	c := serve(t, Config{Node: "c", NATS: NATSConfig{URL: b.embeddedNATS.ClientURL()}})
+	subs := map[string]*client{}
+	for name, n := range map[string]*testServer{"a": a, "b": b, "c": c} {
+		s := dial(t, n.ws+"/ws", nil)
+		s.send(`{"type":"subscribe","topic":"all","id":1}`)
+		s.expect(`{"type":"ack","id":1}`)
+		subs[name] = s
+	}
+	pub := dial(t, a.ws+"/ws", nil)
+	awaitRoute(t, pub, subs["c"], "all") // a's NATS to b's, then to c
+	awaitRoute(t, pub, subs["b"], "all")
+	pub.send(`{"type":"publish","topic":"all","data":"to everyone","id":2}`)
+	pub.expect(`{"type":"ack","id":2}`)
+	for name, s := range subs {
+		for {
+			got := s.next()
+			if strings.Contains(got, "probe") {
+				continue
+			}
+			if !sameJSON(got, `{"type":"message","topic":"all","data":"to everyone"}`) {
+				t.Fatalf("node %s's subscriber got %s", name, got)
+			}
+			break
+		}
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/pubsub"
+	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
 // Config is what `rally serve` is told on its command line. The zero
@@ -121,7 +122,7 @@ type Server struct {
 
 	closers []func() // run at the end of shutdown (brokers, embedded servers)
 
-	embeddedNATS string // client URL of the embedded NATS server, if any
+	embeddedNATS *natsbroker.Embedded // nil without --embedded-nats
 
 	closedHook func() // tests: called when a connection has ended
 }
@@ -161,11 +162,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.Node = hex.EncodeToString(b[:])
 	}
 	m := newMetrics()
-	stopNATS, embeddedURL, err := startNATS(&cfg, m)
+	stopNATS, embedded, err := startNATS(&cfg, m)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embeddedURL}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embedded}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -362,8 +363,11 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "  publish:  POST %s://%s/publish/{topic}\n", http, a)
 	fmt.Fprintf(out, "  echo:     %s://%s/echo\n", ws, a)
 	fmt.Fprintf(out, "  metrics:  %s://%s/metrics\n", http, a)
-	if s.embeddedNATS != "" {
-		fmt.Fprintf(out, "  NATS:     embedded server for other nodes at %s\n", s.embeddedNATS)
+	if e := s.embeddedNATS; e != nil {
+		fmt.Fprintf(out, "  NATS:     embedded server for other nodes' --nats at %s\n", e.ClientURL())
+		if u := e.ClusterURL(); u != "" {
+			fmt.Fprintf(out, "  NATS:     routes from other embedded servers at %s\n", u)
+		}
 	}
 	if s.cfg.NATS.URL != "" {
 		fmt.Fprintf(out, "  NATS:     sharing topics with other nodes through %s\n", redactURL(s.cfg.NATS.URL))
