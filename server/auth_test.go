@@ -171,12 +171,15 @@ func TestTokenThatExpiresWhileConnectedClosesWith1008(t *testing.T) {
 	// JWT times are whole seconds: this one expires within 1 to 2 s.
 	tok := token(t, testSecret, []string{"*"}, nil, time.Now().Add(2*time.Second))
 	a := dial(t, ts.ws+"/ws?token="+tok, nil)
+	e := dial(t, ts.ws+"/echo?token="+tok, nil)
 	a.send(`{"type":"subscribe","topic":"t","id":1}`)
 	a.expect(`{"type":"ack","id":1}`)
-	_, _, err := a.c.Read(testContext(t))
-	var ce *rally.CloseError
-	if !errors.As(err, &ce) || ce.Code != rally.ClosePolicyViolation || ce.Reason != "token expired" {
-		t.Fatalf("read ended with %v, want a close 1008 \"token expired\"", err)
+	for name, c := range map[string]*client{"/ws": a, "/echo": e} {
+		_, _, err := c.c.Read(testContext(t))
+		var ce *rally.CloseError
+		if !errors.As(err, &ce) || ce.Code != rally.ClosePolicyViolation || ce.Reason != "token expired" {
+			t.Fatalf("%s: read ended with %v, want a close 1008 \"token expired\"", name, err)
+		}
 	}
 }
 

@@ -85,16 +85,30 @@ func (s *Server) handshakeError(r *http.Request, err error) {
 	s.log.Debug("handshake failed", "path", path, "reason", reason, "err", err)
 }
 
-// opened and closed count connections of an endpoint.
+// opened and closed count the connections of an endpoint, and end each
+// at its token's expiry.
 func (s *Server) opened(endpoint string) func(*rally.Conn) {
-	return func(*rally.Conn) {
+	return func(c *rally.Conn) {
 		s.m.connections.WithLabelValues(endpoint).Inc()
 		s.m.connectionsTotal.WithLabelValues(endpoint).Inc()
+		ss := c.Data().(*wsSession)
+		if g := ss.grant; !g.open {
+			// RFC 6455 7.4.1: 1008 is for a message (here: a connection)
+			// that violates policy.
+			ss.expiry = time.AfterFunc(time.Until(g.expires), func() {
+				c.Close(rally.ClosePolicyViolation, reasonTokenExpiry)
+			})
+		}
+		s.log.Debug("connection open", "endpoint", endpoint, "remote", c.RemoteAddr().String(), "subject", ss.grant.subject)
 	}
 }
 
 func (s *Server) closed(endpoint string) func(*rally.Conn, *rally.CloseError) {
-	return func(_ *rally.Conn, ce *rally.CloseError) {
+	return func(c *rally.Conn, ce *rally.CloseError) {
+		if ss := c.Data().(*wsSession); ss.expiry != nil {
+			ss.expiry.Stop()
+		}
+		s.log.Debug("connection closed", "endpoint", endpoint, "remote", c.RemoteAddr().String(), "code", ce.Code)
 		s.conns.Add(-1)
 		s.m.closed(endpoint, ce.Code)
 		if s.closedHook != nil {

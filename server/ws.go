@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -10,7 +11,8 @@ import (
 	"github.com/rallyws/rally/pubsub"
 )
 
-// wsSession is what the server keeps of one /ws connection (its Data). Its
+// wsSession is what the server keeps of one WebSocket connection, on /ws
+// or /echo (its Data). Its
 // fields are used from the connection's callbacks only, which never run
 // concurrently.
 type wsSession struct {
@@ -43,27 +45,14 @@ const (
 func (s *Server) wsOpen(c *rally.Conn) {
 	s.opened("ws")(c)
 	s.wsConns.Add(1)
-	ss := c.Data().(*wsSession)
-	if g := ss.grant; !g.open {
-		// RFC 6455 7.4.1: 1008 is for a message (here: a connection) that
-		// violates policy.
-		ss.expiry = time.AfterFunc(time.Until(g.expires), func() {
-			c.Close(rally.ClosePolicyViolation, reasonTokenExpiry)
-		})
-	}
-	s.log.Debug("ws open", "remote", c.RemoteAddr().String(), "subject", ss.grant.subject)
 }
 
 func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	ss := c.Data().(*wsSession)
-	if ss.expiry != nil {
-		ss.expiry.Stop()
-	}
 	s.wsConns.Add(-1)
 	s.subs.Add(int64(-ss.subs))
 	s.m.subscriptions.Sub(float64(ss.subs))
 	s.closed("ws")(c, ce)
-	s.log.Debug("ws closed", "remote", c.RemoteAddr().String(), "code", ce.Code)
 }
 
 // wsMessage serves one message of the /ws protocol. Problems with a
@@ -220,7 +209,7 @@ func (s *Server) reply(c *rally.Conn, b []byte) {
 		return
 	}
 	kind := "ack"
-	if len(b) > 10 && string(b[9:14]) == "error" {
+	if bytes.HasPrefix(b, errorPrefix) {
 		kind = "error"
 	}
 	st, err := c.Send(rally.Text, b)
@@ -256,8 +245,10 @@ func ack(id json.RawMessage) []byte {
 	return append(b, '}')
 }
 
+var errorPrefix = []byte(`{"type":"error",`)
+
 func errorFrame(id json.RawMessage, code, message string) []byte {
-	b := []byte(`{"type":"error",`)
+	b := append([]byte(nil), errorPrefix...)
 	if len(id) > 0 {
 		b = append(b, `"id":`...)
 		b = append(b, id...)
