@@ -220,6 +220,9 @@ func TestServingAnotherAddressWithoutAuthNeedsInsecureNoAuth(t *testing.T) {
 	if _, err := New(Config{TokenSecret: "short"}); err == nil {
 		t.Error("a 5-byte token secret was accepted")
 	}
+	if _, err := New(Config{Origins: []string{"[a-"}}); err == nil {
+		t.Error("a malformed origin pattern was accepted")
+	}
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)

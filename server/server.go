@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,7 +102,9 @@ type Config struct {
 	NATS NATSConfig
 }
 
-// Server serves the endpoints of `rally serve`. Create it with New.
+// Server serves the endpoints of `rally serve`. Create it with New and
+// call Serve (or ListenAndServe) once; Handler and Hub are safe to use
+// from many goroutines.
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
@@ -152,6 +155,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.TokenSecret != "" && len(cfg.TokenSecret) < 32 {
 		return nil, fmt.Errorf("rally serve: the token secret is %d bytes; HS256 needs at least 32 (e.g. `openssl rand -hex 32`)", len(cfg.TokenSecret))
+	}
+	for _, p := range cfg.Origins {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("rally serve: origin pattern %q: %w", p, err)
+		}
 	}
 	if err := cfg.checkBind(cfg.Addr); err != nil {
 		return nil, err
