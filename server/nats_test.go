@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally/pubsub"
 )
 
 // twoNodes starts node A with an embedded NATS server and node B
@@ -164,4 +166,37 @@ func BenchmarkCrossNodeDelivery(bm *testing.B) {
 	bm.StopTimer()
 	bm.ReportMetric(float64(n)/bm.Elapsed().Seconds(), "delivered/s")
 	bm.ReportMetric(float64(bm.N-n), "lost")
+}
+
+func TestMessageTooLargeForOtherNodesIsRefusedWithAClearError(t *testing.T) {
+	bus := &pubsub.Bus{MaxPayload: 100}
+	a := serve(t, Config{Node: "a", Broker: bus.Broker()})
+	b := serve(t, Config{Node: "b", Broker: bus.Broker()})
+	local := dial(t, a.ws+"/ws", nil)
+	remote := dial(t, b.ws+"/ws", nil)
+	for _, c := range []*client{local, remote} {
+		c.send(`{"type":"subscribe","topic":"t","id":1}`)
+		c.expect(`{"type":"ack","id":1}`)
+	}
+	pub := dial(t, a.ws+"/ws", nil)
+	big := strings.Repeat("x", 200)
+	pub.send(`{"type":"publish","topic":"t","data":"` + big + `","id":2}`)
+	if got := pub.next(); !strings.Contains(got, `"code":"too_large"`) || !strings.Contains(got, `"id":2`) {
+		t.Fatalf("answer %s, want a too_large error", got)
+	}
+	local.expect(`{"type":"message","topic":"t","data":"` + big + `"}`)
+
+	status, ans := post(t, a.http+"/publish/t", "text/plain", "", []byte(big))
+	if status != 413 || !strings.Contains(ans, `"code":"too_large"`) || !strings.Contains(ans, `"received":1`) {
+		t.Fatalf("HTTP publish answered %d %s, want 413 too_large with received 1", status, ans)
+	}
+	local.expect(`{"type":"message","topic":"t","data":"` + big + `"}`)
+
+	// A small one crosses; the remote subscriber's first message is it.
+	pub.send(`{"type":"publish","topic":"t","data":"small","id":3}`)
+	pub.expect(`{"type":"ack","id":3}`)
+	remote.expect(`{"type":"message","topic":"t","data":"small"}`)
+	if got := metric(t, a.http, `rally_drops_total{reason="broker"}`); got != 2 {
+		t.Errorf("rally_drops_total{reason=\"broker\"} = %v, want 2", got)
+	}
 }
