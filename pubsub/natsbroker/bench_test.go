@@ -57,7 +57,7 @@ func BenchmarkCrossNodeDelivery(b *testing.B) {
 			if err := sub.Interest("bench", true); err != nil {
 				b.Fatal(err)
 			}
-			if err := sub.nc.Flush(); err != nil {
+			if err := sub.nc.FlushTimeout(testTimeout); err != nil {
 				b.Fatal(err)
 			}
 			m := pubsub.Message{Topic: "bench", Type: rally.Binary, Payload: make([]byte, size.n), Node: "a"}

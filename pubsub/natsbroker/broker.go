@@ -24,6 +24,10 @@ const maxOutTopics = 1 << 16
 // receivers count those as lost.
 const inboxLen = 1 << 16
 
+// maxPooledBuffer is the largest encoding buffer kept for reuse, so that
+// a rare large message does not pin its memory.
+const maxPooledBuffer = 64 << 10
+
 // maxSenders bounds the nodes a subscription remembers the last sequence
 // number of; past it the subscription forgets them all (and cannot tell
 // losses until each sender's next message).
@@ -213,7 +217,11 @@ func (b *Broker) Publish(m pubsub.Message) error {
 		return fmt.Errorf("%w: %d bytes on topic %q with the header, NATS carries at most %d (max_payload)", pubsub.ErrTooLarge, size, m.Topic, max)
 	}
 	bp := b.buf.Get().(*[]byte)
-	defer b.buf.Put(bp)
+	defer func() {
+		if cap(*bp) <= maxPooledBuffer {
+			b.buf.Put(bp)
+		}
+	}()
 
 	b.outMu.Lock()
 	t := b.out[m.Topic]

@@ -100,7 +100,7 @@ func TestBrokerSubscribesOnNATSOnlyToTopicsWithLocalSubscribers(t *testing.T) {
 	}
 	cl := dial(t, a)
 	cl.subscribe("loud")
-	if err := a.broker.nc.Flush(); err != nil { // the server has read the SUB
+	if err := a.broker.nc.FlushTimeout(testTimeout); err != nil { // the server has read the SUB
 		t.Fatal(err)
 	}
 	if n, q := interest(e, "loud"), interest(e, "quiet"); n != 1 || q != 0 {
@@ -139,14 +139,14 @@ func TestBrokerNeverHandsItsOwnMessagesBackToItsReceiver(t *testing.T) {
 		if err := br.Interest("t", true); err != nil {
 			t.Fatal(err)
 		}
-		br.nc.Flush()
+		br.nc.FlushTimeout(testTimeout)
 	}
 	if err := a.Publish(pubsub.Message{Topic: "t", Type: rally.Binary, Payload: []byte{0, 1}, Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	// An echo would reach a before the answer to this ping, and so
 	// before b's message below, on the same subscription.
-	if err := a.nc.Flush(); err != nil {
+	if err := a.nc.FlushTimeout(testTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if m := rb.next(t); m.Node != "a" || m.Topic != "t" || m.Type != rally.Binary || string(m.Payload) != "\x00\x01" {

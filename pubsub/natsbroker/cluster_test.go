@@ -33,7 +33,7 @@ func TestNodeFailsOverToAnotherServerOfTheClusterWhenItsServerStops(t *testing.T
 		t.Fatal("the ReconnectHandler passed with WithNATSOptions was not called")
 	}
 	// s2 has read a's subscription again once it answers a's ping.
-	if err := a.broker.nc.Flush(); err != nil {
+	if err := a.broker.nc.FlushTimeout(testTimeout); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "s2 has dropped s1's route", func() bool { return s2.srv.NumRoutes() == 0 })
@@ -63,7 +63,7 @@ func TestNodesWithDifferentSubjectPrefixesDoNotSeeEachOther(t *testing.T) {
 		if err := b.Interest("t", true); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.nc.Flush(); err != nil {
+		if err := b.nc.FlushTimeout(testTimeout); err != nil {
 			t.Fatal(err)
 		}
 		return b, r
@@ -79,7 +79,7 @@ func TestNodesWithDifferentSubjectPrefixesDoNotSeeEachOther(t *testing.T) {
 	}
 	// Had the message reached a, it would be queued for a before the
 	// answer to c's ping, and so before the message a reads next.
-	if err := c.nc.Flush(); err != nil {
+	if err := c.nc.FlushTimeout(testTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if m := rb.next(t); string(m.Payload) != "for app.two" || m.Node != "c" {

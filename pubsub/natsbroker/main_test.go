@@ -104,6 +104,18 @@ func (l *errorLog) add(err error) {
 	}
 }
 
+// has reports whether an error whose text contains s was reported.
+func (l *errorLog) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, err := range l.errs {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
 // waitFor waits for an error whose text contains s.
 func (l *errorLog) waitFor(t testing.TB, s string) error {
 	t.Helper()
