@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -159,7 +160,12 @@ func splice(path string, report []byte) []byte {
 }
 
 func (r *report) chartLink(id string) string {
-	rel, err := filepath.Rel(filepath.Dir(r.o.out), filepath.Join(r.o.charts, id+".svg"))
+	base, err1 := filepath.Abs(filepath.Dir(r.o.out))
+	target, err2 := filepath.Abs(filepath.Join(r.o.charts, id+".svg"))
+	rel, err := filepath.Rel(base, target)
+	if err1 != nil || err2 != nil {
+		err = errors.Join(err1, err2)
+	}
 	if err != nil {
 		rel = filepath.Join(r.o.charts, id+".svg")
 	}
