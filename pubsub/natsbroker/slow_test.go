@@ -8,11 +8,13 @@ import (
 	"github.com/rallyws/rally/pubsub"
 )
 
-// gatedReceiver blocks in its first Deliver until open is closed.
+// gatedReceiver blocks in its first Deliver until open is closed, and
+// signals on drained when it is handed the message drainedAt.
 type gatedReceiver struct {
 	entered, open chan struct{}
 	first         bool
-	last          chan string
+	drainedAt     string
+	drained, last chan struct{}
 	errs          *errorLog
 }
 
@@ -22,8 +24,11 @@ func (r *gatedReceiver) Deliver(m pubsub.Message) {
 		close(r.entered)
 		<-r.open
 	}
-	if string(m.Payload) == "last" {
-		r.last <- "last"
+	switch string(m.Payload) {
+	case r.drainedAt:
+		close(r.drained)
+	case "last":
+		close(r.last)
 	}
 }
 
@@ -41,7 +46,12 @@ func TestMessagesBeyondTheInboxOfASlowNodeAreCountedLostAndReported(t *testing.T
 		t.Fatal(err)
 	}
 	defer b.Close()
-	r := &gatedReceiver{entered: make(chan struct{}), open: make(chan struct{}), last: make(chan string, 1), errs: newErrorLog()}
+	// The inbox holds 1 to inboxLen while the receiver is busy with 0.
+	r := &gatedReceiver{
+		entered: make(chan struct{}), open: make(chan struct{}),
+		drainedAt: strconv.Itoa(inboxLen), drained: make(chan struct{}), last: make(chan struct{}),
+		errs: newErrorLog(),
+	}
 	if err := a.Attach("a", newRecorder()); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +88,11 @@ func TestMessagesBeyondTheInboxOfASlowNodeAreCountedLostAndReported(t *testing.T
 		t.Fatal(err)
 	}
 	close(r.open)
+	select {
+	case <-r.drained:
+	case <-timeAfter():
+		t.Fatal("the messages in the inbox were not delivered")
+	}
 	publish("last")
 	select {
 	case <-r.last:
