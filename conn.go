@@ -37,6 +37,7 @@ type Conn struct {
 	in       []byte  // unconsumed input: a slice of rbuf or of the handshake leftovers
 	rbuf     *[]byte // borrowed read buffer; nil while idle
 	rn       int
+	busyRead bool // the last read filled its buffer: more is coming
 	rerr     error
 	readFn   func(fd uintptr) bool
 	rdone    bool // the read side has ended and its error was delivered

@@ -15,6 +15,10 @@ import (
 // arrive. An idle connection holds none.
 const readBufferSize = 32 << 10
 
+// smallReadBufferSize is what a quiet connection without a reachable socket
+// (TLS) waits with.
+const smallReadBufferSize = 2 << 10
+
 // Read reads the next whole message and returns its type and payload. The
 // payload is the caller's: one allocation, grown as the payload arrives,
 // never sized from what a header claims.
@@ -364,12 +368,24 @@ func (c *Conn) fill() error {
 		c.touch()
 		return nil
 	}
+	// Where rally cannot wait for readability without a buffer (TLS,
+	// pipes), a connection that has been quiet waits with a small one and
+	// takes the large one only while data keeps coming.
+	size := smallReadBufferSize
+	if c.busyRead {
+		size = readBufferSize
+	}
+	if c.rbuf != nil && cap(*c.rbuf) != size {
+		bufpool.Put(c.rbuf)
+		c.rbuf = nil
+	}
 	if c.rbuf == nil {
-		c.rbuf = bufpool.Get(readBufferSize)
+		c.rbuf = bufpool.Get(size)
 	}
 	for {
 		n, err := c.nc.Read((*c.rbuf)[:cap(*c.rbuf)])
 		if n > 0 {
+			c.busyRead = n == cap(*c.rbuf)
 			c.in = (*c.rbuf)[:n]
 			c.touch()
 			return nil
