@@ -914,3 +914,181 @@ func TestCompressedMessagesReachEveryWayOfReading(t *testing.T) {
 		}
 	})
 }
+
+func TestUpgradeNegotiatesCompressionAsAcceptDoes(t *testing.T) {
+	ln := listen(t)
+	conns := make(chan *rally.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c, _, err := rally.Upgrade(nc, &rally.AcceptOptions{Compression: &rally.CompressionOptions{ServerNoContextTakeover: true, ClientMaxWindowBits: 10}})
+		if err != nil {
+			nc.Close()
+			close(conns)
+			return
+		}
+		conns <- c
+	}()
+	p, resp, err := rawpeer.DialClient(ln.Addr().String(), "/", extHeader("permessage-deflate; client_max_window_bits"), wireTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := <-conns
+	if c == nil {
+		t.Fatal("Upgrade failed")
+	}
+	defer c.CloseNow()
+	if got, want := resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate; server_no_context_takeover; client_max_window_bits=10"; got != want {
+		t.Fatalf("answer %q, want %q", got, want)
+	}
+	msg := jsonish(13, 2000)
+	if err := p.WriteFrame(compressedFrame(rawpeer.OpText, deflateOnce(msg))); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c.Read(ctxT(t)); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("Read: %d bytes, %v", len(got), err)
+	}
+	if err := c.Write(ctxT(t), rally.Text, msg); err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.ReadFrame()
+	if err != nil || f.Rsv != rawpeer.Rsv1 || !bytes.Equal(inflateOnce(t, f.Payload), msg) {
+		t.Fatalf("the answer is not the message compressed: %v", err)
+	}
+}
+
+func TestControlFramesBetweenFragmentsOfACompressedMessageAreHandled(t *testing.T) {
+	c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{}}, "permessage-deflate")
+	msg := jsonish(14, 4000)
+	body := deflateOnce(msg)
+	for _, f := range []rawpeer.Frame{
+		{Rsv: rawpeer.Rsv1, Opcode: rawpeer.OpBinary, Payload: body[:50]},
+		rawpeer.Ping([]byte("between")),
+		{Opcode: rawpeer.OpContinuation, Payload: body[50:60]},
+		{Opcode: rawpeer.OpContinuation}, // empty
+		{Fin: true, Opcode: rawpeer.OpContinuation, Payload: body[60:]},
+	} {
+		if err := p.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typ, got, err := c.Read(ctxT(t))
+	if err != nil || typ != rally.Binary || !bytes.Equal(got, msg) {
+		t.Fatalf("Read: %v, %d bytes, %v", typ, len(got), err)
+	}
+	f, err := p.ReadFrame()
+	if err != nil || f.Opcode != rawpeer.OpPong || string(f.Payload) != "between" || f.Rsv != 0 {
+		t.Fatalf("want the pong, uncompressed, got %+v, %v", f, err)
+	}
+}
+
+func TestReadWhoseContextEndsInsideACompressedMessageKeepsIt(t *testing.T) {
+	c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{}}, "permessage-deflate")
+	msg := jsonish(15, 6000)
+	body := deflateOnce(msg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.Read(ctx)
+		done <- err
+	}()
+	// The ping after the first half: its pong says the Read has taken the
+	// half in. Ending the context then abandons this Read, not the message.
+	if err := p.WriteFrame(rawpeer.Frame{Rsv: rawpeer.Rsv1, Opcode: rawpeer.OpText, Payload: body[:len(body)/2]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteFrame(rawpeer.Ping([]byte("sync"))); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := p.ReadFrame(); err != nil || f.Opcode != rawpeer.OpPong {
+		t.Fatalf("want the pong, got %+v, %v", f, err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Read: %v, want context.Canceled", err)
+	}
+	if err := p.WriteFrame(rawpeer.Frame{Fin: true, Opcode: rawpeer.OpContinuation, Payload: body[len(body)/2:]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c.Read(ctxT(t)); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("the next Read: %d bytes, %v; want the whole %d-byte message", len(got), err, len(msg))
+	}
+}
+
+func TestACompressedMessageOverTheReadLimitOnTheWireFailsAtItsHeader(t *testing.T) {
+	rec := newRecorder()
+	s := &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: 1000}, Compression: &rally.CompressionOptions{}}, Close: rec.close}
+	p, _ := deflateServer(t, s, "permessage-deflate")
+	// Only the header of a 5000-byte compressed frame.
+	if err := p.WriteRaw(maskedZero(hx("c2 7e 13 88"))); err != nil {
+		t.Fatal(err)
+	}
+	p.ExpectClose(t, 1009)
+	p.Close()
+	checkProtocolError(t, rec.waitClose(t), 1009, "limit")
+}
+
+func TestConcurrentSendersWithContextTakeoverKeepOneStreamInSendOrder(t *testing.T) {
+	c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{}}, "permessage-deflate")
+	const senders, each = 6, 40
+	pm, err := rally.NewPreparedMessage(rally.Text, jsonish(16, 3000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				msg := append([]byte(fmt.Sprintf("%d %03d ", g, i)), jsonish(g, 500+i*37)...)
+				var err error
+				switch (g + i) % 4 {
+				case 0:
+					_, err = c.Send(rally.Text, msg)
+				case 1:
+					err = c.Write(context.Background(), rally.Text, msg)
+				case 2:
+					_, err = c.SendDone(rally.Text, msg, nil)
+				case 3:
+					_, err = c.SendPrepared(pm)
+				}
+				if err != nil {
+					t.Errorf("sender %d message %d: %v", g, i, err)
+					return
+				}
+			}
+		}()
+	}
+	in := &oracleInflater{takeover: true}
+	next := make([]int, senders)
+	for n := range senders * each {
+		f, err := p.ReadFrame()
+		if err != nil {
+			t.Fatalf("frame %d: %v", n, err)
+		}
+		got, err := in.inflate(f.Payload)
+		if err != nil {
+			t.Fatalf("frame %d does not inflate in the stream: %v", n, err)
+		}
+		if bytes.Equal(got, pm.Payload()) {
+			continue
+		}
+		var g, i int
+		if _, err := fmt.Sscanf(string(got), "%d %03d ", &g, &i); err != nil || g >= senders {
+			t.Fatalf("frame %d inflates to %.40q", n, got)
+		}
+		if i < next[g] {
+			t.Fatalf("sender %d: message %d arrived after %d", g, i, next[g]-1)
+		}
+		want := append([]byte(fmt.Sprintf("%d %03d ", g, i)), jsonish(g, 500+i*37)...)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("sender %d message %d inflates to other bytes", g, i)
+		}
+		next[g] = i + 1
+	}
+	wg.Wait()
+}
