@@ -107,6 +107,7 @@ type compression struct {
 	threshold int
 	sendUsed  bool // since the last idle; guarded by the connection's wmu
 	recvUsed  bool // since the last idle; the reader's
+	lastOut   int  // the size the last message inflated to; the reader's
 }
 
 // enableCompression sets the connection up for the negotiated parameters.
@@ -157,7 +158,10 @@ func (c *Conn) compressLocked(p []byte) *[]byte {
 // against the read limit while inflating and, for text, for UTF-8.
 func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
 	if c.infl == nil {
-		c.infl = bufpool.Get(readBufferSize)
+		// Start from the size the last message inflated to, so that a
+		// stream of large messages reuses pooled buffers instead of
+		// growing a new one each time.
+		c.infl = bufpool.Get(max(readBufferSize, c.z.lastOut))
 	}
 	limit := c.p.readLimit
 	if limit <= 0 {
@@ -168,6 +172,7 @@ func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.z.lastOut = len(out)
 	if cap(out) > cap(*c.infl) {
 		*c.infl = out[:0] // keep the grown buffer for the rest of this message's life
 	}
