@@ -206,7 +206,8 @@ func TestChromiumTalksToRallyServer(t *testing.T) {
 			Error      string     `json:"error"`
 		}
 		run(t, ctx, &r, "connect")
-		// The browser offers permessage-deflate; rally does not negotiate it yet.
+		// The browser offers permessage-deflate; this Server declines it (no
+		// AcceptOptions.Compression: off by default, as npm ws; see deflate_test.go).
 		if r.Error != "" || r.ReadyState != 1 || r.Protocol != "" || r.Extensions != "" {
 			t.Errorf("page saw %+v, want open (1) with no protocol and no extensions", r)
 		}

@@ -81,7 +81,8 @@ func TestPythonWebsocketsClientTalksToRallyServer(t *testing.T) {
 	url := "ws" + strings.TrimPrefix(httpURL, "http") + "/ws"
 
 	t.Run("connects without extensions or subprotocol", func(t *testing.T) {
-		// websockets offers permessage-deflate; rally does not negotiate it yet.
+		// websockets offers permessage-deflate; this Server declines it (off by
+		// default, as npm ws; compression rows are in deflate_test.go).
 		r := runPythonClient(t, url, "connect")
 		if r.Error != "" || len(r.Extensions) != 0 || r.Subprotocol != nil || r.CloseCode != 1000 {
 			t.Errorf("python saw %+v, want no extension, no subprotocol, closed with 1000", r)

@@ -17,7 +17,7 @@
 // {ev: "open"}, {ev: "message", binary, data}, {ev: "ping", data},
 // {ev: "pong", data}, {ev: "error", errcode, status, message},
 // {ev: "close", code, reason} and {ev: "unexpected-response", status}.
-// Compression is off on both sides: rally does not negotiate it yet.
+// Compression is off on both sides here; interop-deflate.mjs has the compression rows.
 import { WebSocketServer, WebSocket } from "ws";
 import readline from "node:readline";
 
