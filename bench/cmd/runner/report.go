@@ -415,7 +415,7 @@ func (r *report) idleSection(b *bytes.Buffer, sc scenario) {
 
 func (r *report) footer(b *bytes.Buffer) {
 	b.WriteString("## Not measured yet\n\n")
-	b.WriteString("- permessage-deflate: the load generator does not negotiate it yet, so no scenario runs with compression.\n")
+	b.WriteString("- permessage-deflate: `rally bench --compress` negotiates it, but this comparison does not run compressed scenarios yet.\n")
 	for _, p := range r.peers {
 		if p.Pending != "" {
 			fmt.Fprintf(b, "- %s: %s.\n", p.Name, p.Pending)
