@@ -133,11 +133,31 @@ func (c *Conn) enableCompression(o *CompressionOptions, p deflate.Params) {
 	c.p.allowedRsv = frame.Rsv1
 }
 
+// Compress overrides, for one message, whether it goes out compressed
+// (see Conn.WriteCompress and Conn.SendCompress). It has an effect only
+// where permessage-deflate was negotiated.
+type Compress int
+
+const (
+	// CompressAuto follows the connection's options: the threshold without
+	// context takeover, every message of 32 bytes or more with it.
+	CompressAuto Compress = iota
+	// CompressAlways compresses the message whatever its size.
+	CompressAlways
+	// CompressNever sends it uncompressed (RSV1 clear), for payloads that
+	// are compressed already (images, archives). With context takeover the
+	// message simply stays out of the compressed stream.
+	CompressNever
+)
+
 // wantsCompression reports whether a whole message of n bytes should go
 // out compressed.
-func (z *compression) wantsCompression(n int) bool {
-	if z == nil || z.comp == nil {
+func (z *compression) wantsCompression(n int, mode Compress) bool {
+	if z == nil || z.comp == nil || mode == CompressNever {
 		return false
+	}
+	if mode == CompressAlways {
+		return true
 	}
 	if z.takeover {
 		return n >= 32

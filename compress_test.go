@@ -1092,3 +1092,55 @@ func TestConcurrentSendersWithContextTakeoverKeepOneStreamInSendOrder(t *testing
 	}
 	wg.Wait()
 }
+
+func TestPerMessageCompressionOverrideSetsRSV1AsAsked(t *testing.T) {
+	small, big := jsonish(5, 20), jsonish(6, 4000)
+	cases := []struct {
+		name string
+		opts *rally.CompressionOptions
+		p    []byte
+		mode rally.Compress
+		rsv1 bool
+	}{
+		{"AutoBelowTheThreshold", &rally.CompressionOptions{ServerNoContextTakeover: true}, small, rally.CompressAuto, false},
+		{"AlwaysBelowTheThreshold", &rally.CompressionOptions{ServerNoContextTakeover: true}, small, rally.CompressAlways, true},
+		{"AutoAboveTheThreshold", &rally.CompressionOptions{ServerNoContextTakeover: true}, big, rally.CompressAuto, true},
+		{"NeverAboveTheThreshold", &rally.CompressionOptions{ServerNoContextTakeover: true}, big, rally.CompressNever, false},
+		{"NeverWithContextTakeover", &rally.CompressionOptions{}, big, rally.CompressNever, false},
+		{"AlwaysOnAReceiveOnlySideStaysPlain", &rally.CompressionOptions{ReceiveOnly: true}, big, rally.CompressAlways, false},
+	}
+	for _, tc := range cases {
+		for _, how := range []string{"WriteCompress", "SendCompress"} {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: tc.opts}, "permessage-deflate")
+				var err error
+				if how == "WriteCompress" {
+					err = c.WriteCompress(ctxT(t), rally.Text, tc.p, tc.mode)
+				} else {
+					_, err = c.SendCompress(rally.Text, tc.p, tc.mode)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := p.ReadFrame()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := f.Rsv == rawpeer.Rsv1; got != tc.rsv1 {
+					t.Fatalf("RSV1 %v, want %v", got, tc.rsv1)
+				}
+				got := f.Payload
+				if tc.rsv1 {
+					got = inflateOnce(t, got)
+				}
+				if !bytes.Equal(got, tc.p) {
+					t.Fatal("the payload differs from the message sent")
+				}
+			})
+		}
+	}
+	c, _ := acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{}}, "permessage-deflate")
+	if st, err := c.SendCompress(rally.MessageType(9), small, rally.CompressAlways); err == nil || st != rally.Dropped {
+		t.Fatalf("SendCompress of an invalid type = %v, %v; want Dropped and an error", st, err)
+	}
+}

@@ -88,10 +88,11 @@ type Conn struct {
 	writeFn        func(fd uintptr) bool
 	flushFn        func(fd uintptr) bool
 	corked         int
-	inlineWrite    bool    // a blocking write on a TLS-like transport writes from its own goroutine
-	corkBypass     bool    // a blocking write goes past the cork (it flushed it first)
-	corkPeers      []*Conn // connections that joined this one's cork (JoinCork)
-	corkOwner      *Conn   // the connection whose cork this one joined
+	nextCompress   Compress // the override for the frame being sent; set under wmu
+	inlineWrite    bool     // a blocking write on a TLS-like transport writes from its own goroutine
+	corkBypass     bool     // a blocking write goes past the cork (it flushed it first)
+	corkPeers      []*Conn  // connections that joined this one's cork (JoinCork)
+	corkOwner      *Conn    // the connection whose cork this one joined
 	spareCorkPeers []*Conn
 	dones          []doneCall // completions to run once wmu is released
 	spareDones     []doneCall

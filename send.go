@@ -63,12 +63,21 @@ func (c *Conn) send(typ MessageType, p []byte, done func(error)) (SendStatus, er
 	if !typ.valid() {
 		return Dropped, errWriteType
 	}
-	return c.sendFrame(frame.Opcode(typ), p, nil, done)
+	return c.sendFrame(frame.Opcode(typ), p, nil, done, CompressAuto)
+}
+
+// SendCompress is Send with a per-message choice of compression (see
+// Compress); it matters only where permessage-deflate was negotiated.
+func (c *Conn) SendCompress(typ MessageType, p []byte, mode Compress) (SendStatus, error) {
+	if !typ.valid() {
+		return Dropped, errWriteType
+	}
+	return c.sendFrame(frame.Opcode(typ), p, nil, nil, mode)
 }
 
 // sendFrame is the non-blocking send of one data frame: payload p, or, for
 // a server connection, a frame prebuilt by a PreparedMessage.
-func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(error)) (SendStatus, error) {
+func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(error), mode Compress) (SendStatus, error) {
 	c.wmu.Lock()
 	if c.werr != nil || c.closeSent {
 		c.unlockWrite()
@@ -97,7 +106,9 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	if prepared != nil {
 		seq, err = c.pushLocked(prepared, nil, false, [4]byte{}, done)
 	} else {
+		c.nextCompress = mode
 		seq, err = c.frameDoneLocked(op, true, p, done)
+		c.nextCompress = CompressAuto
 	}
 	status := Sent
 	switch {
@@ -163,7 +174,7 @@ func (c *Conn) closeWithCode(code uint16, reason string) {
 func (c *Conn) frameDoneLocked(op frame.Opcode, fin bool, p []byte, done func(error)) (uint64, error) {
 	h := frame.Header{Fin: fin, Opcode: op}
 	var zbuf *[]byte
-	if fin && (op == frame.OpText || op == frame.OpBinary) && c.z.wantsCompression(len(p)) {
+	if fin && (op == frame.OpText || op == frame.OpBinary) && c.z.wantsCompression(len(p), c.nextCompress) {
 		zbuf = c.compressLocked(p)
 		p = *zbuf
 		h.Rsv = frame.Rsv1
@@ -372,9 +383,9 @@ func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 // SendPrepared is Send for a prepared message.
 func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
 	if f := c.preparedFrame(pm); f != nil {
-		return c.sendFrame(frame.Opcode(pm.typ), nil, f, nil)
+		return c.sendFrame(frame.Opcode(pm.typ), nil, f, nil, CompressAuto)
 	}
-	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil)
+	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil, CompressAuto)
 }
 
 // WritePrepared is Write for a prepared message.
@@ -394,7 +405,7 @@ func (c *Conn) preparedFrame(pm *PreparedMessage) []byte {
 		return nil
 	}
 	z := c.z
-	if z == nil || z.comp == nil || !z.wantsCompression(len(pm.payload)) {
+	if z == nil || z.comp == nil || !z.wantsCompression(len(pm.payload), CompressAuto) {
 		return pm.frame
 	}
 	if z.takeover {

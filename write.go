@@ -59,18 +59,27 @@ func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
 	if !typ.valid() {
 		return errWriteType
 	}
-	return c.write(ctx, frame.Opcode(typ), true, p, nil, false)
+	return c.write(ctx, frame.Opcode(typ), true, p, nil, false, CompressAuto)
+}
+
+// WriteCompress is Write with a per-message choice of compression (see
+// Compress); it matters only where permessage-deflate was negotiated.
+func (c *Conn) WriteCompress(ctx context.Context, typ MessageType, p []byte, mode Compress) error {
+	if !typ.valid() {
+		return errWriteType
+	}
+	return c.write(ctx, frame.Opcode(typ), true, p, nil, false, mode)
 }
 
 // writeFrame is Write of a frame prebuilt for a server connection.
 func (c *Conn) writeFrame(ctx context.Context, prepared []byte) error {
-	return c.write(ctx, 0, true, nil, prepared, false)
+	return c.write(ctx, 0, true, nil, prepared, false, CompressAuto)
 }
 
 // write is the blocking send of one frame: it waits for the data-message
 // slot if a Writer streams (unless it is that Writer's fragment), flushes a
 // cork first, sends, and waits until the frame has left.
-func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared []byte, streaming bool) error {
+func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared []byte, streaming bool, mode Compress) error {
 	c.wmu.Lock()
 	if c.writerOpen && !streaming {
 		c.unlockWrite()
@@ -99,7 +108,9 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	if prepared != nil {
 		seq, err = c.pushLocked(prepared, nil, false, [4]byte{}, nil)
 	} else {
+		c.nextCompress = mode
 		seq, err = c.frameLocked(op, fin, p)
+		c.nextCompress = CompressAuto
 	}
 	c.inlineWrite = false
 	c.corkBypass = false
@@ -832,7 +843,7 @@ func (w *messageWriter) Write(p []byte) (int, error) {
 }
 
 func (w *messageWriter) fragment(p []byte, fin bool) error {
-	err := w.c.write(w.ctx, w.op, fin, p, nil, true)
+	err := w.c.write(w.ctx, w.op, fin, p, nil, true, CompressAuto)
 	w.op = frame.OpContinuation
 	if err != nil {
 		w.err = err
