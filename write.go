@@ -624,12 +624,7 @@ func (c *Conn) unlockWrite() {
 func (c *Conn) waitFlushed(ctx context.Context, seq uint64, streaming bool) error {
 	for {
 		c.wmu.Lock()
-		if c.doneSeq >= seq {
-			c.unlockWrite()
-			return nil
-		}
-		if c.werr != nil {
-			err := c.werr
+		if settled, err := c.settledLocked(seq); settled {
 			c.unlockWrite()
 			return err
 		}
@@ -647,16 +642,23 @@ func (c *Conn) waitFlushed(ctx context.Context, seq uint64, streaming bool) erro
 	}
 }
 
+// settledLocked reports whether frame seq's fate is known: it has left
+// (nil), or it never will (the write side's error).
+func (c *Conn) settledLocked(seq uint64) (bool, error) {
+	if c.doneSeq >= seq {
+		return true, nil
+	}
+	if c.werr != nil {
+		return true, c.werr
+	}
+	return false, nil
+}
+
 // abandon takes frame seq back after its caller's context ended, if none
 // of its bytes went out; otherwise it fails the connection.
 func (c *Conn) abandon(ctx context.Context, seq uint64, streaming bool) error {
 	c.wmu.Lock()
-	if c.doneSeq >= seq {
-		c.unlockWrite()
-		return nil
-	}
-	if c.werr != nil {
-		err := c.werr
+	if settled, err := c.settledLocked(seq); settled {
 		c.unlockWrite()
 		return err
 	}
