@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
@@ -42,7 +43,9 @@ func TestConcurrentWritersEachMessageArrivesWholeInOrderWithItsType(t *testing.T
 	}
 	typeOf := func(g int) rally.MessageType { return []rally.MessageType{rally.Text, rally.Binary}[g%2] }
 	sides(t, rally.ConnOptions{}, func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool, _ func([]byte) []byte) {
-		ctx := ctxT(t)
+		// About 20 MB cross: a generous bound, for a loaded machine under -race.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		var wg sync.WaitGroup
 		errs := make(chan error, writers)
 		for g := range writers {
@@ -337,8 +340,17 @@ func TestWriterStreamsFragmentsAndLetsAPingOutBetweenThem(t *testing.T) {
 func TestPongsToAPingFloodAreReplacedNotQueued(t *testing.T) {
 	const size, pings = 256 << 10, 100
 	c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: -1}})
-	// The peer stops reading; the server's socket buffers fill up.
+	// The peer stops reading; the server's socket buffers fill up. Then
+	// 16 MiB more wait in the queue, far beyond what the kernel can take
+	// while the peer does not read (its send buffer may still grow), so the
+	// queue cannot drain during the flood and every pong has to wait.
 	n := fillUntilQueued(t, c, p, size)
+	for range 64 {
+		if st, err := c.Send(rally.Binary, make([]byte, size)); err != nil || st != rally.Queued {
+			t.Fatalf("Send behind a full socket: %v %v, want queued", st, err)
+		}
+		n++
+	}
 	// The peer floods pings and then says "done"; the server reads them all.
 	var flood []byte
 	for i := range pings {
