@@ -560,12 +560,20 @@ func (c *Conn) reserveQueue(n int) {
 // failWriteLocked marks the write side dead: every send from now on, and
 // every waiter, gets err.
 func (c *Conn) failWriteLocked(err error) {
-	if c.werr == nil {
+	first := c.werr == nil
+	if first {
 		c.werr = fmt.Errorf("rally: write failed: %w", err)
 	}
 	c.abortQueuedLocked(c.werr)
 	if !c.flushing {
 		c.releaseQueueLocked()
+		if first {
+			// No flusher will end the connection for this failure (a write
+			// from the caller's goroutine failed): end it, outside the lock
+			// this caller holds, so that Close and readers do not wait on a
+			// connection that can no longer send.
+			go c.endAbnormal(err)
+		}
 	}
 	c.wakeLocked()
 }
