@@ -11,6 +11,10 @@
 //	go run ./cmd/runner            # the full comparison (under 10 minutes on 2 cores)
 //	go run ./cmd/runner -quick     # a smoke run of a few seconds per scenario, report in a temporary directory
 //
+// The scenarios whose id ends in -deflate run with permessage-deflate,
+// only on the peers that support it (gobwas and the raw TCP echo do not);
+// -compress-scenarios=false leaves them out.
+//
 // It is not a test: it asserts nothing, it measures.
 package main
 
@@ -45,9 +49,17 @@ func scenarios(idleConns, echoInFlight int) []scenario {
 		return scenario{ID: "chat-" + sizeID(size, text), Title: fmt.Sprintf("chat, %s, 32 clients, %d per client per round", sizeTitle(size, text), perRound),
 			Cfg: loadgen.Config{Scenario: loadgen.Chat, Conns: 32, Size: size, Text: text, InFlight: perRound}}
 	}
+	// deflate is sc with permessage-deflate offered on every connection.
+	deflate := func(sc scenario) scenario {
+		sc.ID += "-deflate"
+		sc.Title += ", permessage-deflate"
+		sc.Cfg.Compress = true
+		return sc
+	}
 	return []scenario{
 		echo(16, true), echo(1<<10, true), echo(16<<10, true), echo(64<<10, false),
 		chat(16, true, 8), chat(1<<10, true, 8), chat(16<<10, true, 2), chat(64<<10, false, 1),
+		deflate(echo(1<<10, true)), deflate(echo(16<<10, true)), deflate(chat(1<<10, true, 8)),
 		{ID: "throughput-256KiB", Title: "throughput, 256 KiB binary, 1 connection, 1 in flight",
 			Cfg: loadgen.Config{Scenario: loadgen.Throughput, Size: 256 << 10, InFlight: 1}},
 		{ID: "idle", Title: fmt.Sprintf("idle, %d connections held", idleConns),
@@ -87,6 +99,7 @@ type options struct {
 	onlyPeers string
 	quick     bool
 	profile   string
+	compress  bool
 }
 
 func main() {
@@ -101,6 +114,7 @@ func main() {
 	flag.StringVar(&o.charts, "charts", "results", "directory of the SVG charts and the raw JSON (relative to the bench module)")
 	flag.StringVar(&o.only, "scenarios", "", "comma-separated scenario ids to run (default all)")
 	flag.StringVar(&o.onlyPeers, "peers", "", "comma-separated peer names to run (default all)")
+	flag.BoolVar(&o.compress, "compress-scenarios", true, "run the permessage-deflate scenarios (ids ending in -deflate) when -scenarios does not name them")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 round of 0.5 s windows, 1000 idle connections, report in a temporary directory")
 	flag.StringVar(&o.profile, "profile", "", "instead of the comparison, run this scenario id on rally alone and save a CPU profile of the server in the charts directory")
 	flag.Parse()
@@ -164,6 +178,9 @@ func run(ctx context.Context, o options) error {
 		if o.only != "" && !slices.Contains(strings.Split(o.only, ","), sc.ID) {
 			continue
 		}
+		if o.only == "" && sc.Cfg.Compress && !o.compress {
+			continue
+		}
 		if ctx.Err() != nil {
 			break
 		}
@@ -201,7 +218,7 @@ func runScenario(ctx context.Context, o options, sc scenario, list []*peer, tmp 
 	var out []measurement
 	var runnable []*peer
 	for _, p := range list {
-		if p.Pending != "" || (p.Verbatim && (sc.Cfg.Scenario == loadgen.Chat || sc.Cfg.Scenario == loadgen.Idle)) {
+		if p.Pending != "" || !serves(p, sc) {
 			continue
 		}
 		runnable = append(runnable, p)
@@ -218,7 +235,7 @@ func runScenario(ctx context.Context, o options, sc scenario, list []*peer, tmp 
 	}
 	servers := map[string]*server{}
 	for _, p := range runnable {
-		s, err := start(p, tmp, tmp)
+		s, err := start(p, tmp, tmp, sc.Cfg.Compress)
 		if err != nil {
 			out = append(out, measurement{Peer: p.Name, Scenario: sc.ID, Failure: err.Error()})
 			continue
@@ -243,8 +260,18 @@ func runScenario(ctx context.Context, o options, sc scenario, list []*peer, tmp 
 	return out
 }
 
+// serves reports whether p takes part in sc: the raw TCP echo serves no
+// chat and holds no idle connections, and only the peers that support
+// permessage-deflate run the compressed scenarios.
+func serves(p *peer, sc scenario) bool {
+	if p.Verbatim && (sc.Cfg.Scenario == loadgen.Chat || sc.Cfg.Scenario == loadgen.Idle) {
+		return false
+	}
+	return p.Compress || !sc.Cfg.Compress
+}
+
 func measureOnFreshServer(ctx context.Context, o options, sc scenario, p *peer, tmp, path string) measurement {
-	s, err := start(p, tmp, tmp)
+	s, err := start(p, tmp, tmp, sc.Cfg.Compress)
 	if err != nil {
 		return measurement{Peer: p.Name, Scenario: sc.ID, Failure: err.Error()}
 	}
@@ -268,12 +295,19 @@ func measure(ctx context.Context, o options, sc scenario, s *server, path string
 		m.Failure = err.Error()
 	case !s.alive():
 		m.Failure = "the server exited during the run"
+	case cfg.Compress && res.CompressedConns != int64(res.Conns):
+		// A server that declined the offer would be measured uncompressed
+		// under a compressed title.
+		m.Failure = fmt.Sprintf("permessage-deflate negotiated on %d of %d connections", res.CompressedConns, res.Conns)
 	default:
 		m.Result = res
 	}
 	line := m.Failure
 	if res != nil {
 		line = fmt.Sprintf("%s %s/s, errors %d", loadgen.Count(res.Rate), res.Unit, res.Errors)
+		if cfg.Compress {
+			line += fmt.Sprintf(", deflate on %d of %d connections", res.CompressedConns, res.Conns)
+		}
 		if res.Idle != nil {
 			line = fmt.Sprintf("%d held, %s per connection", res.Idle.Held, loadgen.Bytes(int64(res.Idle.RSSPerConnBytes)))
 		}

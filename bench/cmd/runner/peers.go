@@ -24,6 +24,10 @@ type peer struct {
 	// Verbatim marks the raw TCP echo, which returns the client's bytes
 	// unchanged (loadgen.Config.VerbatimEcho) and serves no chat.
 	Verbatim bool
+	// Compress marks a peer that supports permessage-deflate: started with
+	// -compress (--compress for the scripts), it negotiates it, and it runs
+	// the compressed scenarios.
+	Compress bool
 	// Pending, when set, says why the peer cannot run yet.
 	Pending string
 }
@@ -31,21 +35,21 @@ type peer struct {
 // peers lists the servers in the order of the report. gorilla is the
 // reference of the ratios.
 var peers = []peer{
-	{Name: "rally", Kind: "go", Pkg: "./peers/rally",
+	{Name: "rally", Kind: "go", Compress: true, Pkg: "./peers/rally",
 		How: "rally.Server callbacks; echo: non-blocking Send, corked per read batch; chat: PreparedMessage + SendPrepared to each member (no JoinCork yet, see peers/rally)"},
-	{Name: "gorilla", Kind: "go", Pkg: "./peers/gorilla",
+	{Name: "gorilla", Kind: "go", Compress: true, Pkg: "./peers/gorilla",
 		How: "gorilla/websocket: ReadMessage/WriteMessage; chat: PreparedMessage per message, a write mutex per connection"},
-	{Name: "coder", Kind: "go", Pkg: "./peers/coder",
+	{Name: "coder", Kind: "go", Compress: true, Pkg: "./peers/coder",
 		How: "coder/websocket: Accept, Read, Write; chat: Write to each member (read limit raised to 1 MiB)"},
 	{Name: "gobwas", Kind: "go", Pkg: "./peers/gobwas",
 		How: "gobwas/ws low level: zero-copy Upgrade on net.Conn, ReadHeader/Cipher/WriteHeader with bufio; chat: CompileFrame once"},
-	{Name: "gws", Kind: "go", Pkg: "./peers/gws",
+	{Name: "gws", Kind: "go", Compress: true, Pkg: "./peers/gws",
 		How: "lxzan/gws: Upgrader on net/http, ReadLoop per connection, WriteMessage; chat: Broadcaster"},
-	{Name: "nbio", Kind: "go", Pkg: "./peers/nbio",
+	{Name: "nbio", Kind: "go", Compress: true, Pkg: "./peers/nbio",
 		How: "lesismal/nbio: nbhttp engine (epoll, non-blocking), OnMessage + WriteMessage; chat: WriteMessage to each member"},
-	{Name: "ws (node)", Kind: "node", Script: "node/ws-server.mjs",
-		How: "npm ws with bufferutil on Node.js, perMessageDeflate off; chat: the README's broadcast loop"},
-	{Name: "bun", Kind: "bun", Script: "node/bun-server.js",
+	{Name: "ws (node)", Kind: "node", Compress: true, Script: "node/ws-server.mjs",
+		How: "npm ws with bufferutil on Node.js, perMessageDeflate off (compressed: serverNoContextTakeover); chat: the README's broadcast loop"},
+	{Name: "bun", Kind: "bun", Compress: true, Script: "node/bun-server.js",
 		How: "Bun.serve websocket handlers (uWebSockets); chat: subscribe + server.publish"},
 	{Name: "raw TCP", Kind: "go", Pkg: "./peers/rawtcp", Verbatim: true,
 		How: "raw TCP echo after a minimal handshake: read, write the same bytes; no framing (the floor)"},
@@ -82,8 +86,9 @@ func (s *server) alive() bool {
 	}
 }
 
-// start runs p on a free port and waits until it accepts connections.
-func start(p *peer, bins, logs string) (*server, error) {
+// start runs p on a free port, with permessage-deflate when compress is
+// set, and waits until it accepts connections.
+func start(p *peer, bins, logs string, compress bool) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -96,6 +101,13 @@ func start(p *peer, bins, logs string) (*server, error) {
 		cmd = exec.Command("node", p.Script, strconv.Itoa(port))
 	case "bun":
 		cmd = exec.Command(bunBinary, p.Script, strconv.Itoa(port))
+	}
+	if compress {
+		flag := "-compress"
+		if p.Kind != "go" {
+			flag = "--compress"
+		}
+		cmd.Args = append(cmd.Args, flag)
 	}
 	log, err := os.Create(filepath.Join(logs, filepath.Base(p.Pkg+p.Script)+".log"))
 	if err != nil {

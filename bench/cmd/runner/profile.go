@@ -43,7 +43,7 @@ func profile(ctx context.Context, o options) error {
 	if err := build(ctx, []*peer{p}, tmp); err != nil {
 		return err
 	}
-	s, err := start(p, tmp, tmp)
+	s, err := start(p, tmp, tmp, sc.Cfg.Compress)
 	if err != nil {
 		return err
 	}

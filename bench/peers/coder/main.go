@@ -2,6 +2,9 @@
 // its README shows; Write is safe from many goroutines, so the chat room
 // writes to each member directly. The read limit is raised from the
 // library's 32 KiB default so that 64 KiB and 256 KiB messages pass.
+// With -compress it negotiates permessage-deflate in coder's default mode,
+// CompressionNoContextTakeover (messages of 512 bytes and more compressed,
+// each on its own).
 package main
 
 import (
@@ -16,8 +19,11 @@ import (
 const readLimit = 1 << 20
 
 func main() {
-	addr := peerflag.Addr()
+	addr, compress := peerflag.Parse()
 	opts := &websocket.AcceptOptions{InsecureSkipVerify: true}
+	if compress {
+		opts.CompressionMode = websocket.CompressionNoContextTakeover
+	}
 	var chat room.Room[*websocket.Conn]
 	http.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, opts)

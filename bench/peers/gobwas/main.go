@@ -4,7 +4,9 @@
 // payload, frame by frame, through one buffered reader and writer per
 // connection. The chat room compiles each message once (CompileFrame) and
 // writes those bytes to every member. Messages are expected unfragmented,
-// as the load generator sends them.
+// as the load generator sends them. This peer has no permessage-deflate:
+// it rejects -compress, and the runner leaves it out of the compressed
+// scenarios.
 package main
 
 import (

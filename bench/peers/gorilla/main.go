@@ -2,6 +2,8 @@
 // WriteMessage as in the library's examples, and a PreparedMessage (its
 // documented way to send one message to many) for the chat room. gorilla
 // allows one writer at a time, so each connection's writes take a mutex.
+// With -compress the Upgrader negotiates permessage-deflate
+// (EnableCompression; gorilla's server keeps no context between messages).
 package main
 
 import (
@@ -19,8 +21,8 @@ type client struct {
 }
 
 func main() {
-	addr := peerflag.Addr()
-	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	addr, compress := peerflag.Parse()
+	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }, EnableCompression: compress}
 	var chat room.Room[*client]
 	http.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)

@@ -1,8 +1,10 @@
 // Command gws is the lxzan/gws peer, as its README's "Best Practice"
 // shows it: an Upgrader on net/http, ReadLoop in a goroutine of its own,
 // WriteMessage from OnMessage, and a Broadcaster (the README's way to send
-// one message to many) for the chat room. Compression stays off and
-// messages are handled in order (no ParallelEnabled), as an echo needs.
+// one message to many) for the chat room. Messages are handled in order
+// (no ParallelEnabled), as an echo needs. Compression is off unless
+// -compress is given: then PermessageDeflate is on, neither side keeping
+// context between messages.
 package main
 
 import (
@@ -40,8 +42,11 @@ func (r *chatRoom) OnMessage(_ *gws.Conn, m *gws.Message) {
 }
 
 func main() {
-	addr := peerflag.Addr()
+	addr, compress := peerflag.Parse()
 	opts := &gws.ServerOption{Recovery: gws.Recovery}
+	if compress {
+		opts.PermessageDeflate = gws.PermessageDeflate{Enabled: true}
+	}
 	handle := func(up *gws.Upgrader) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			c, err := up.Upgrade(w, r)

@@ -1,7 +1,8 @@
 // Command nbio is the lesismal/nbio peer on nbio's own non-blocking HTTP
 // engine (epoll, no goroutine per connection), the setting its examples
 // use: OnMessage writes the reply with WriteMessage, and the chat room
-// writes to every member (nbio has no prepared message).
+// writes to every member (nbio has no prepared message). With -compress
+// both upgraders negotiate permessage-deflate (EnableCompression).
 package main
 
 import (
@@ -16,14 +17,16 @@ import (
 )
 
 func main() {
-	addr := peerflag.Addr()
+	addr, compress := peerflag.Parse()
 	echo := websocket.NewUpgrader()
+	echo.EnableCompression(compress)
 	echo.CheckOrigin = func(*http.Request) bool { return true }
 	echo.OnMessage(func(c *websocket.Conn, typ websocket.MessageType, p []byte) {
 		c.WriteMessage(typ, p)
 	})
 	var members room.Room[*websocket.Conn]
 	chat := websocket.NewUpgrader()
+	chat.EnableCompression(compress)
 	chat.CheckOrigin = func(*http.Request) bool { return true }
 	chat.OnOpen(members.Join)
 	chat.OnClose(func(c *websocket.Conn, _ error) { members.Leave(c) })

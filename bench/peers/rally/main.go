@@ -7,6 +7,10 @@
 // sender's cork (JoinCork) so that what one read batch publishes reaches a
 // member in one write.
 //
+// With -compress both negotiate permessage-deflate, the server keeping no
+// context between messages (ServerNoContextTakeover), so that a chat
+// message is compressed once for all its members.
+//
 // It serves net/http/pprof beside /echo and /chat, for the runner's
 // -profile mode.
 package main
@@ -21,8 +25,12 @@ import (
 )
 
 func main() {
-	addr := peerflag.Addr()
-	echo := &rally.Server{Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+	addr, compress := peerflag.Parse()
+	var deflate *rally.CompressionOptions
+	if compress {
+		deflate = &rally.CompressionOptions{ServerNoContextTakeover: true}
+	}
+	echo := &rally.Server{Options: &rally.AcceptOptions{Compression: deflate}, Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
 		c.Send(typ, p)
 	}}
 	var members room.Room[*rally.Conn]
@@ -30,7 +38,7 @@ func main() {
 		// A round of the 64 KiB chat queues 2 MiB per member; rally's
 		// default send buffer (1 MiB) would drop past it, Bun's (16 MiB)
 		// does not. The same limit keeps the comparison about speed.
-		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: 16 << 20}},
+		Options: &rally.AcceptOptions{Compression: deflate, ConnOptions: rally.ConnOptions{BufferLimit: 16 << 20}},
 		Open:    members.Join,
 		Close:   func(c *rally.Conn, _ *rally.CloseError) { members.Leave(c) },
 		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {

@@ -3,7 +3,7 @@
 // byte it reads unchanged, one read and one write per batch, with no
 // WebSocket framing at all. The load generator runs it with
 // loadgen.Config.VerbatimEcho and checks that its own masked frames come
-// back. It serves echo and throughput only.
+// back. It serves echo and throughput only, uncompressed.
 package main
 
 import (
