@@ -92,7 +92,8 @@ type Conn struct {
 	inlineWrite    bool     // a blocking write on a TLS-like transport writes from its own goroutine
 	corkBypass     bool     // a blocking write goes past the cork (it flushed it first)
 	corkPeers      []*Conn  // connections that joined this one's cork (JoinCork)
-	corkOwner      *Conn    // the connection whose cork this one joined
+	corkOwners     [4]*Conn // the connections whose corks this one joined (JoinCork)
+	nOwners        int
 	spareCorkPeers []*Conn
 	dones          []doneCall // completions to run once wmu is released
 	spareDones     []doneCall

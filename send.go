@@ -248,7 +248,7 @@ func (c *Conn) corkBegin() {
 // corkedLocked reports whether sends are gathered now: by the
 // connection's own cork (Cork, a Server's batch) or by the cork of another
 // connection it joined (JoinCork).
-func (c *Conn) corkedLocked() bool { return c.corked > 0 || c.corkOwner != nil }
+func (c *Conn) corkedLocked() bool { return c.corked > 0 || c.nOwners > 0 }
 
 func (c *Conn) corkEnd() {
 	c.wmu.Lock()
@@ -268,7 +268,7 @@ func (c *Conn) corkEnd() {
 		return
 	}
 	for i, p := range peers {
-		p.leaveCork()
+		p.leaveCork(c)
 		peers[i] = nil
 	}
 	c.wmu.Lock()
@@ -304,19 +304,31 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 		return false
 	}
 	c.wmu.Lock()
-	if c.corkOwner != nil || c.werr != nil {
-		// Already held by a batch (this one or another): it flushes when
-		// that batch ends.
-		joined := c.corkOwner != nil
+	if c.werr != nil {
 		c.unlockWrite()
-		return joined
+		return false
 	}
-	c.corkOwner = origin
+	for _, o := range c.corkOwners[:c.nOwners] {
+		if o == origin {
+			// Joined already: it flushes when this batch ends.
+			c.unlockWrite()
+			return true
+		}
+	}
+	if c.nOwners == len(c.corkOwners) {
+		// Held by enough batches already: it flushes when they end.
+		c.unlockWrite()
+		return true
+	}
+	// Joining several origins' batches at once (publishers whose batches
+	// overlap) makes a receiver take one write for all of them.
+	c.corkOwners[c.nOwners] = origin
+	c.nOwners++
 	c.unlockWrite()
 	origin.wmu.Lock()
 	if origin.corked == 0 {
 		origin.wmu.Unlock()
-		c.leaveCork()
+		c.leaveCork(origin)
 		return false
 	}
 	origin.corkPeers = append(origin.corkPeers, c)
@@ -324,10 +336,17 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 	return true
 }
 
-// leaveCork ends the cork JoinCork took.
-func (c *Conn) leaveCork() {
+// leaveCork ends the cork JoinCork took for origin.
+func (c *Conn) leaveCork(origin *Conn) {
 	c.wmu.Lock()
-	c.corkOwner = nil
+	for i, o := range c.corkOwners[:c.nOwners] {
+		if o == origin {
+			c.nOwners--
+			c.corkOwners[i] = c.corkOwners[c.nOwners]
+			c.corkOwners[c.nOwners] = nil
+			break
+		}
+	}
 	c.uncorkedLocked()
 	c.unlockWrite()
 }
