@@ -206,9 +206,7 @@ func (c *Conn) endAbnormal(err error) {
 func (c *Conn) callbackPanicked(v any) {
 	c.log.Error("rally: panic in a connection callback; closing with 1011",
 		"remote", c.nc.RemoteAddr().String(), "panic", fmt.Sprint(v))
-	var b [2]byte
-	b[0], b[1] = byte(frame.CloseInternalError>>8), byte(frame.CloseInternalError&0xff)
-	c.sendClose(b[:])
+	c.closeWithCode(frame.CloseInternalError, "")
 }
 
 // startKeepalive arms the ping and idle timer when either is configured.
@@ -236,9 +234,7 @@ func (c *Conn) tick() {
 	now := time.Now()
 	idle := now.Sub(time.Unix(0, c.lastRead.Load()))
 	if c.opts.IdleTimeout > 0 && idle >= c.opts.IdleTimeout {
-		var buf [2 + frame.MaxCloseReason]byte
-		payload, _ := frame.AppendClosePayload(buf[:0], frame.CloseGoingAway, []byte("idle timeout"))
-		c.sendClose(payload)
+		c.closeWithCode(frame.CloseGoingAway, "idle timeout")
 		return
 	}
 	next := time.Duration(1<<63 - 1)

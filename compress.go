@@ -2,7 +2,6 @@ package rally
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/rallyws/rally/deflate"
 	"github.com/rallyws/rally/frame"
@@ -247,5 +246,3 @@ func (pm *PreparedMessage) deflated(level, bits int) []byte {
 	pm.variants = append(pm.variants, preparedDeflate{level: level, bits: bits, frame: b})
 	return b
 }
-
-var _ sync.Locker = (*sync.Mutex)(nil)

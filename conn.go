@@ -106,8 +106,6 @@ type Conn struct {
 	lastPing       time.Time
 
 	// Close state.
-	peerCode     uint16
-	peerReason   string
 	done         chan struct{} // closed when the connection has ended
 	endOnce      sync.Once
 	final        *CloseError
@@ -181,7 +179,7 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 // (close handshake finished, failed, or cut).
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// maxCloseReasonRule trims a rule text to fit a close frame's reason.
+// closeReason trims a rule text to fit a close frame's reason.
 func closeReason(s string) string {
 	if len(s) > frame.MaxCloseReason {
 		s = s[:frame.MaxCloseReason]

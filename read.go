@@ -448,7 +448,6 @@ func (c *Conn) control(ev event) error {
 		if err != nil {
 			return c.violated(err)
 		}
-		c.peerCode, c.peerReason = code, string(reason)
 		// Echo the peer's close as npm ws does: its code and reason, or an
 		// empty body for an empty one (RFC 6455 5.5.1).
 		if code == frame.CloseNoStatus {
@@ -456,7 +455,7 @@ func (c *Conn) control(ev event) error {
 		} else {
 			c.sendClose(ev.payload)
 		}
-		return c.endRead(&CloseError{Code: code, Reason: c.peerReason}, true)
+		return c.endRead(&CloseError{Code: code, Reason: string(reason)}, true)
 	}
 	return nil
 }
@@ -486,10 +485,7 @@ func (c *Conn) violated(err error) error {
 		pe = &frame.ProtocolError{Code: frame.CloseProtocolError, Rule: err.Error()}
 	}
 	reason := closeReason(pe.Rule)
-	payload, perr := frame.AppendClosePayload(make([]byte, 0, 2+len(reason)), pe.Code, []byte(reason))
-	if perr == nil {
-		c.sendClose(payload)
-	}
+	c.closeWithCode(pe.Code, reason)
 	return c.endRead(&CloseError{Code: pe.Code, Reason: reason, Err: pe}, true)
 }
 

@@ -2,7 +2,6 @@ package rally
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 )
@@ -57,8 +56,6 @@ func (s *connSet) checkEmptyLocked() {
 		s.empty = nil
 	}
 }
-
-var errShuttingDown = errors.New("rally: server is shutting down")
 
 // Shutdown stops the Server gracefully: new upgrade requests are refused
 // with 503, every open connection is sent a close frame with 1001 (going
