@@ -88,7 +88,6 @@ type Conn struct {
 	writeFn        func(fd uintptr) bool
 	flushFn        func(fd uintptr) bool
 	corked         int
-	nextCompress   Compress // the override for the frame being sent; set under wmu
 	inlineWrite    bool     // a blocking write on a TLS-like transport writes from its own goroutine
 	corkBypass     bool     // a blocking write goes past the cork (it flushed it first)
 	corkPeers      []*Conn  // connections that joined this one's cork (JoinCork)

@@ -106,9 +106,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	if prepared != nil {
 		seq, err = c.pushLocked(prepared, nil, false, [4]byte{}, done)
 	} else {
-		c.nextCompress = mode
-		seq, err = c.frameDoneLocked(op, true, p, done)
-		c.nextCompress = CompressAuto
+		seq, err = c.frameDoneLocked(op, true, p, done, mode)
 	}
 	status := Sent
 	switch {
@@ -171,10 +169,10 @@ func (c *Conn) closeWithCode(code uint16, reason string) {
 // A whole data message is compressed here, when permessage-deflate is on,
 // under wmu and so in send order (with context takeover, order is part of
 // the compressed stream).
-func (c *Conn) frameDoneLocked(op frame.Opcode, fin bool, p []byte, done func(error)) (uint64, error) {
+func (c *Conn) frameDoneLocked(op frame.Opcode, fin bool, p []byte, done func(error), mode Compress) (uint64, error) {
 	h := frame.Header{Fin: fin, Opcode: op}
 	var zbuf *[]byte
-	if fin && (op == frame.OpText || op == frame.OpBinary) && c.z.wantsCompression(len(p), c.nextCompress) {
+	if fin && (op == frame.OpText || op == frame.OpBinary) && c.z.wantsCompression(len(p), mode) {
 		zbuf = c.compressLocked(p)
 		p = *zbuf
 		h.Rsv = frame.Rsv1

@@ -108,9 +108,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	if prepared != nil {
 		seq, err = c.pushLocked(prepared, nil, false, [4]byte{}, nil)
 	} else {
-		c.nextCompress = mode
-		seq, err = c.frameLocked(op, fin, p)
-		c.nextCompress = CompressAuto
+		seq, err = c.frameDoneLocked(op, fin, p, nil, mode)
 	}
 	c.inlineWrite = false
 	c.corkBypass = false
@@ -196,7 +194,7 @@ func (c *Conn) sendLocked(op frame.Opcode, fin bool, p []byte) (uint64, error) {
 }
 
 func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte) (uint64, error) {
-	return c.frameDoneLocked(op, fin, p, nil)
+	return c.frameDoneLocked(op, fin, p, nil, CompressAuto)
 }
 
 // pushLocked writes the frame made of hdr and payload (masked with key when
