@@ -114,47 +114,13 @@ func jsonish(seed, n int) []byte {
 // returns the peer and the 101 response.
 func deflateServer(t *testing.T, s *rally.Server, offer string) (*rawpeer.Peer, *http.Response) {
 	t.Helper()
-	p, resp, err := rawpeer.DialClient(serve(t, s), "/", extHeader(offer), wireTimeout)
-	if err != nil {
-		t.Fatalf("raw client handshake: %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p, resp
+	return dialPeerWith(t, serve(t, s), extHeader(offer))
 }
 
 // acceptDeflate is acceptConn with a client offering offer.
 func acceptDeflate(t *testing.T, opts *rally.AcceptOptions, offer string) (*rally.Conn, *rawpeer.Peer) {
 	t.Helper()
-	conns := make(chan *rally.Conn, 1)
-	addr := newAcceptServer(t, opts, conns)
-	p, _, err := rawpeer.DialClient(addr, "/", extHeader(offer), wireTimeout)
-	if err != nil {
-		t.Fatalf("raw client handshake: %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	select {
-	case c := <-conns:
-		t.Cleanup(func() { c.CloseNow() })
-		return c, p
-	case <-time.After(wireTimeout):
-		t.Fatal("Accept did not return a connection")
-		return nil, nil
-	}
-}
-
-// newAcceptServer serves rally.Accept with opts on loopback, handing each
-// connection to conns, and returns its address.
-func newAcceptServer(t *testing.T, opts *rally.AcceptOptions, conns chan<- *rally.Conn) string {
-	t.Helper()
-	ln := listen(t)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, err := rally.Accept(w, r, opts); err == nil {
-			conns <- c
-		}
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	return acceptConnWith(t, opts, extHeader(offer))
 }
 
 // compressedFrame is a whole compressed data message as a raw client sends it.

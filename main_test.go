@@ -249,17 +249,32 @@ func serve(t *testing.T, s *rally.Server) string {
 // dialPeer opens a raw client peer to addr, handshake done.
 func dialPeer(t *testing.T, addr string) *rawpeer.Peer {
 	t.Helper()
-	p, _, err := rawpeer.DialClient(addr, "/", nil, wireTimeout)
+	p, _ := dialPeerWith(t, addr, nil)
+	return p
+}
+
+// dialPeerWith is dialPeer with extra request header lines; it returns
+// the 101 response too.
+func dialPeerWith(t *testing.T, addr string, h http.Header) (*rawpeer.Peer, *http.Response) {
+	t.Helper()
+	p, resp, err := rawpeer.DialClient(addr, "/", h, wireTimeout)
 	if err != nil {
 		t.Fatalf("raw client handshake: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return p
+	return p, resp
 }
 
 // acceptConn starts an httptest server whose handler calls rally.Accept
 // with opts, connects a raw client peer and returns both ends.
 func acceptConn(t *testing.T, opts *rally.AcceptOptions) (*rally.Conn, *rawpeer.Peer) {
+	t.Helper()
+	return acceptConnWith(t, opts, nil)
+}
+
+// acceptConnWith is acceptConn with a client sending extra request header
+// lines h.
+func acceptConnWith(t *testing.T, opts *rally.AcceptOptions, h http.Header) (*rally.Conn, *rawpeer.Peer) {
 	t.Helper()
 	conns := make(chan *rally.Conn, 1)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -270,7 +285,7 @@ func acceptConn(t *testing.T, opts *rally.AcceptOptions) (*rally.Conn, *rawpeer.
 		conns <- c
 	}))
 	t.Cleanup(ts.Close)
-	p := dialPeer(t, ts.Listener.Addr().String())
+	p, _ := dialPeerWith(t, ts.Listener.Addr().String(), h)
 	select {
 	case c := <-conns:
 		t.Cleanup(func() { c.CloseNow() })
