@@ -1,7 +1,6 @@
 package rawpeer
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha1"
@@ -9,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -54,7 +55,7 @@ func HandshakeRequest(host, path, key string, header http.Header) []byte {
 		}
 		fmt.Fprintf(&b, "%s: %s\r\n", d[0], d[1])
 	}
-	for _, name := range sortedKeys(header) {
+	for _, name := range slices.Sorted(maps.Keys(header)) {
 		for _, v := range header[name] {
 			if v == "" {
 				continue
@@ -64,20 +65,6 @@ func HandshakeRequest(host, path, key string, header http.Header) []byte {
 	}
 	b.WriteString("\r\n")
 	return b.Bytes()
-}
-
-func sortedKeys(h http.Header) []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	// Insertion sort: headers are few, and the order only needs to be stable.
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
-	return keys
 }
 
 // Connect opens a TCP connection to addr (host:port) and returns it as a
@@ -193,7 +180,7 @@ func (p *Peer) Accept(r *http.Request, header http.Header) error {
 	var b bytes.Buffer
 	b.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n")
 	fmt.Fprintf(&b, "Sec-WebSocket-Accept: %s\r\n", AcceptKey(r.Header.Get("Sec-WebSocket-Key")))
-	for _, name := range sortedKeys(header) {
+	for _, name := range slices.Sorted(maps.Keys(header)) {
 		for _, v := range header[name] {
 			fmt.Fprintf(&b, "%s: %s\r\n", name, v)
 		}
@@ -234,6 +221,3 @@ func headerHasToken(h http.Header, name, token string) bool {
 	}
 	return false
 }
-
-// newBufReader sizes the read buffer for frames and handshakes alike.
-func newBufReader(nc net.Conn) *bufio.Reader { return bufio.NewReaderSize(nc, 64<<10) }

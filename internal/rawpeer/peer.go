@@ -41,7 +41,7 @@ func NewPeer(nc net.Conn, client bool) *Peer {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return &Peer{nc: nc, br: newBufReader(nc), client: client}
+	return &Peer{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), client: client}
 }
 
 // NetConn returns the underlying connection, for what the peer does not
