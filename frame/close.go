@@ -64,21 +64,14 @@ func AppendClosePayload(dst []byte, code uint16, reason []byte) ([]byte, error) 
 	if len(reason) > MaxCloseReason {
 		return dst, errors.New("frame: close reason of " + strconv.Itoa(len(reason)) + " bytes is longer than 123")
 	}
-	if !ValidUTF8(reason) {
-		var v UTF8
-		return dst, errors.New("frame: close reason is not valid utf-8 at byte " + strconv.Itoa(firstInvalid(&v, reason)))
+	if s, i := scan(sAccept, reason); s != sAccept {
+		if i < 0 { // only truncated: the reason ends inside a character
+			i = len(reason)
+		}
+		return dst, errors.New("frame: close reason is not valid utf-8 at byte " + strconv.Itoa(i))
 	}
 	dst = append(dst, byte(code>>8), byte(code))
 	return append(dst, reason...), nil
-}
-
-// firstInvalid returns the offset at which p stops being a prefix of valid
-// UTF-8, or len(p) if p is only truncated.
-func firstInvalid(v *UTF8, p []byte) int {
-	if i := v.Feed(p); i >= 0 {
-		return i
-	}
-	return len(p)
 }
 
 var (
