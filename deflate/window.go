@@ -39,14 +39,6 @@ func (w *window) write(p []byte) {
 	}
 }
 
-// len returns how many bytes the window holds.
-func (w *window) len() int {
-	if w.full {
-		return w.size
-	}
-	return w.pos
-}
-
 // linear returns the window, oldest byte first, rotating the ring in place
 // if it has wrapped. The result is valid until the next write.
 func (w *window) linear() []byte {
@@ -64,7 +56,7 @@ func (w *window) linear() []byte {
 }
 
 // copyTo puts the window, oldest byte first, at the start of dst (which
-// must hold len() bytes) and returns that part of dst.
+// must hold as many bytes as the window) and returns that part of dst.
 func (w *window) copyTo(dst []byte) []byte {
 	if !w.full {
 		return dst[:copy(dst, w.buf[:w.pos])]
