@@ -185,7 +185,7 @@ func (t *caseTable) failFast() {
 				s.waitUntil(func() bool { return len(s.obs) > 0 || s.peerClose != nil }, s.opts.Timeout)
 				failedFast := s.peerClose != nil || s.ended
 				if !failedFast {
-					s.writeFrame(cont(p3, true))
+					s.send(cont(p3, true))
 				}
 				s.concludeFailFast(failedFast, pong(probe))
 			})

@@ -147,14 +147,14 @@ func (s *session) conclude(e expect) {
 	if !s.closeSent && !s.ended {
 		switch {
 		case s.peerClose == nil:
-			s.writeFrame(rawpeer.Close(1000, ""))
+			s.send(rawpeer.Close(1000, ""))
 		default:
 			// Answer the peer's close as RFC 6455 5.5.1 asks, echoing its code.
 			code, _, _ := rawpeer.ParseClose(s.peerClose.Payload)
 			if len(s.peerClose.Payload) >= 2 && !validCloseCode(code) {
 				code = 1002
 			}
-			s.writeFrame(rawpeer.Close(code, ""))
+			s.send(rawpeer.Close(code, ""))
 		}
 	}
 	closeWait := s.opts.CloseTimeout

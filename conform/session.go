@@ -211,7 +211,7 @@ func (s *session) process(ev event) {
 	switch f.Opcode {
 	case rawpeer.OpPing:
 		// A peer may ping at any time; answer as any endpoint must.
-		s.writeFrame(rawpeer.Pong(f.Payload))
+		s.send(rawpeer.Pong(f.Payload))
 	case rawpeer.OpPong:
 		s.obs = append(s.obs, pong(f.Payload))
 	case rawpeer.OpClose:
@@ -313,36 +313,30 @@ func (s *session) noteClose(f rawpeer.Frame) {
 	}
 }
 
-// writeFrame sends one frame in one write.
-func (s *session) writeFrame(f rawpeer.Frame) {
-	s.noteClose(f)
-	s.writeRaw(s.wire(f))
-}
-
-// send writes frames in one write, as one chop.
-func (s *session) send(fs ...rawpeer.Frame) {
+// frames returns the bytes of fs as this side sends them, noting a close
+// frame among them.
+func (s *session) frames(fs []rawpeer.Frame) []byte {
 	var b []byte
 	for _, f := range fs {
 		s.noteClose(f)
 		b = append(b, s.wire(f)...)
 	}
-	s.writeRaw(b)
+	return b
 }
+
+// send writes frames in one write, as one chop.
+func (s *session) send(fs ...rawpeer.Frame) { s.writeRaw(s.frames(fs)) }
 
 // sendFramewise writes each frame in its own write.
 func (s *session) sendFramewise(fs ...rawpeer.Frame) {
 	for _, f := range fs {
-		s.writeFrame(f)
+		s.send(f)
 	}
 }
 
 // sendChopped writes the frames' bytes in writes of chunk bytes.
 func (s *session) sendChopped(chunk int, fs ...rawpeer.Frame) {
-	var b []byte
-	for _, f := range fs {
-		s.noteClose(f)
-		b = append(b, s.wire(f)...)
-	}
+	b := s.frames(fs)
 	for len(b) > 0 && s.writeErr == nil {
 		n := min(chunk, len(b))
 		s.writeRaw(b[:n])
