@@ -139,6 +139,11 @@ func (p *Peer) Read(b []byte) (int, error) {
 // error.
 func (p *Peer) ReadFrame() (Frame, error) {
 	p.readDeadline()
+	return p.readFrame()
+}
+
+// readFrame is ReadFrame under the read deadline already set.
+func (p *Peer) readFrame() (Frame, error) {
 	var f Frame
 	var hdr [14]byte
 	if _, err := io.ReadFull(p.br, hdr[:2]); err != nil {
@@ -204,14 +209,11 @@ func unexpected(err error) error {
 // or the frame's code differs from code; code 0 expects an empty body.
 func (p *Peer) ExpectClose(t testing.TB, code uint16) Frame {
 	t.Helper()
-	deadline := time.Now().Add(p.readTimeout)
+	p.readDeadline() // one deadline for the whole wait, not one per frame skipped
 	for {
-		if p.readTimeout > 0 && !time.Now().Before(deadline) {
-			t.Fatalf("rawpeer: no close frame within %v", p.readTimeout)
-		}
-		f, err := p.ReadFrame()
+		f, err := p.readFrame()
 		if err != nil {
-			t.Fatalf("rawpeer: waiting for close %d: %v", code, err)
+			t.Fatalf("rawpeer: waiting for close %d (timeout %v): %v", code, p.readTimeout, err)
 		}
 		if f.Opcode != OpClose {
 			continue
