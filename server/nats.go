@@ -35,10 +35,10 @@ func (n *NATSConfig) enabled() bool { return n.URL != "" || n.Embedded != "" }
 // embedded server if it started one.
 func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embedded, err error) {
 	n := cfg.NATS
+	if n.Embedded == "" && (n.Cluster != "" || len(n.Routes) > 0) {
+		return nil, nil, errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
+	}
 	if !n.enabled() {
-		if n.Cluster != "" || len(n.Routes) > 0 {
-			return nil, nil, errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
-		}
 		return func() {}, nil, nil
 	}
 	if cfg.Broker != nil {
@@ -56,8 +56,6 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 		if addr == "" {
 			addr = e.ClientURL()
 		}
-	} else if n.Cluster != "" || len(n.Routes) > 0 {
-		return nil, nil, errors.New("rally serve: --nats-cluster and --nats-routes need --embedded-nats")
 	}
 	b, err := natsbroker.New(addr, natsbroker.WithName("rally "+cfg.Node))
 	if err != nil {

@@ -125,6 +125,9 @@ func TestNATSRoutesNeedAnEmbeddedServer(t *testing.T) {
 	if _, err := New(Config{NATS: NATSConfig{Routes: []string{"nats://127.0.0.1:1"}}}); err == nil {
 		t.Fatal("routes without --embedded-nats were accepted")
 	}
+	if _, err := New(Config{NATS: NATSConfig{URL: "nats://127.0.0.1:1", Cluster: "127.0.0.1:0"}}); err == nil || !strings.Contains(err.Error(), "--embedded-nats") {
+		t.Fatalf("a cluster address with --nats but without --embedded-nats: %v, want a refusal naming --embedded-nats", err)
+	}
 }
 
 // BenchmarkCrossNodeDelivery measures messages per second from a

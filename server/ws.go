@@ -12,9 +12,8 @@ import (
 )
 
 // wsSession is what the server keeps of one WebSocket connection, on /ws
-// or /echo (its Data). Its
-// fields are used from the connection's callbacks only, which never run
-// concurrently.
+// or /echo (its Data). Its fields are used from the connection's callbacks
+// only, which never run concurrently.
 type wsSession struct {
 	grant  *grant
 	subs   int         // topics subscribed to
