@@ -24,9 +24,9 @@ const maxOutTopics = 1 << 16
 // receivers count those as lost.
 const inboxLen = 1 << 16
 
-// maxPooledBuffer is the largest encoding buffer kept for reuse, so that
-// a rare large message does not pin its memory.
-const maxPooledBuffer = 64 << 10
+// maxKeptBuffer is the largest encoding buffer kept for the next
+// publish, so that a rare large message does not pin its memory.
+const maxKeptBuffer = 64 << 10
 
 // maxSenders bounds the nodes a subscription remembers the last sequence
 // number of; past it the subscription forgets them all (and cannot tell
@@ -57,10 +57,12 @@ type Broker struct {
 	closed atomic.Bool
 
 	// outMu orders publishes: sequence numbers leave in the order they
-	// are taken, and a refused publish gives its number back.
+	// are taken, and a refused publish gives its number back. Each
+	// publish is encoded in outBuf, which the NATS client copies.
 	outMu  sync.Mutex
 	out    map[string]*outTopic
 	stream uint32
+	outBuf []byte
 
 	// subMu guards subs and bySub; the delivery goroutine reads bySub.
 	subMu sync.RWMutex
@@ -73,8 +75,6 @@ type Broker struct {
 	inbox   chan *nats.Msg
 	done    chan struct{}
 	drained chan struct{}
-
-	buf sync.Pool // *[]byte, messages being encoded
 
 	published, publishFailed, tooLarge   atomic.Uint64
 	received, lost, malformed            atomic.Uint64
@@ -115,7 +115,6 @@ func New(url string, opts ...Option) (*Broker, error) {
 		done:    make(chan struct{}),
 		drained: make(chan struct{}),
 	}
-	b.buf.New = func() any { return new([]byte) }
 
 	// The user's handlers run after the broker's own.
 	var theirs nats.Options
@@ -216,13 +215,6 @@ func (b *Broker) Publish(m pubsub.Message) error {
 		b.tooLarge.Add(1)
 		return fmt.Errorf("%w: %d bytes on topic %q with the header, NATS carries at most %d (max_payload)", pubsub.ErrTooLarge, size, m.Topic, max)
 	}
-	bp := b.buf.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= maxPooledBuffer {
-			b.buf.Put(bp)
-		}
-	}()
-
 	b.outMu.Lock()
 	t := b.out[m.Topic]
 	if t == nil {
@@ -234,10 +226,13 @@ func (b *Broker) Publish(m pubsub.Message) error {
 		b.out[m.Topic] = t
 	}
 	t.seq++
-	*bp = appendMessage((*bp)[:0], head{typ: m.Type, node: a.node, stream: b.stream, seq: t.seq}, m.Payload)
-	err := b.nc.Publish(t.subject, *bp)
+	msg := appendMessage(b.outBuf[:0], head{typ: m.Type, node: a.node, stream: b.stream, seq: t.seq}, m.Payload)
+	err := b.nc.Publish(t.subject, msg)
 	if err != nil {
 		t.seq--
+	}
+	if cap(msg) <= maxKeptBuffer {
+		b.outBuf = msg
 	}
 	b.outMu.Unlock()
 
