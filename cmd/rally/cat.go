@@ -41,9 +41,10 @@ seconds have passed, or when the server closes; then rally cat closes with
 
 With --listen, it is a server instead: it accepts WebSocket connections on
 any path, prints what every client sends, sends each stdin line (or the -x
-messages, to each client as it connects) and, when the input ends and -w
-seconds have passed, closes every connection with 1001 and exits. Pages
-from localhost may connect; pages from other origins get 403.
+messages, to each client as it connects) and, when stdin ends and -w
+seconds have passed (with -x: when interrupted), closes every connection
+with 1001 and exits. Pages from localhost may connect; pages from other
+origins get 403.
 
 Exit status: 0 when the session ended normally (this side closed it, or
 the server closed with 1000 or without a code), 1 when it failed (the
@@ -324,7 +325,6 @@ func closeText(ce *rally.CloseError) string {
 	return strings.TrimPrefix(s, "connection closed with ")
 }
 
-// subprotocolNote names the subprotocol chosen, if any.
 // compressionNote says, when compression was offered or accepted, whether
 // it was negotiated: answer is the Sec-WebSocket-Extensions of the 101.
 func compressionNote(offered bool, answer string) string {
@@ -337,6 +337,7 @@ func compressionNote(offered bool, answer string) string {
 	return fmt.Sprintf(" (compression: %s)", answer)
 }
 
+// subprotocolNote names the subprotocol chosen, if any.
 func subprotocolNote(c *rally.Conn) string {
 	if p := c.Subprotocol(); p != "" {
 		return fmt.Sprintf(" (subprotocol %s)", p)
