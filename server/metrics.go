@@ -30,7 +30,6 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.connections = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rally_connections", Help: "Open WebSocket connections, by endpoint (ws, echo).",
 	}, []string{"endpoint"})
@@ -73,14 +72,12 @@ func newMetrics() *metrics {
 	m.closeCodes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_close_codes_total", Help: "WebSocket connections ended, by close code (1006: no close frame).",
 	}, []string{"code"})
-	for _, c := range []prometheus.Collector{
+	m.reg.MustRegister(
 		m.connections, m.connectionsTotal, m.subscriptions, m.messagesIn, m.bytesIn,
 		m.messagesOut, m.bytesOut, m.publishes, m.deliveries, m.drops, m.backpressure,
 		m.handshakeFails, m.refusals, m.closeCodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
-		f(c)
-	}
+	)
 	return m
 }
 
