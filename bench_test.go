@@ -28,35 +28,52 @@ func sizeName(n int) string {
 // socketPair returns two connected in-memory sockets.
 func socketPair(tb testing.TB) (net.Conn, net.Conn) {
 	tb.Helper()
+	a, fd := socketPairFD(tb)
+	f := os.NewFile(uintptr(fd), "socketpair")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a, c
+}
+
+// socketPairFD is socketPair with the second end left a bare descriptor,
+// so that the memory benchmarks count nothing of the peer's side.
+func socketPairFD(tb testing.TB) (net.Conn, int) {
+	tb.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	conn := func(fd int) net.Conn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return c
+	f := os.NewFile(uintptr(fds[0]), "socketpair")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return conn(fds[0]), conn(fds[1])
+	return c, fds[1]
 }
 
-// frames returns n client frames (masked) of a text message of size bytes,
-// back to back.
+// clientFrames returns n client frames (masked) of a text message of size
+// bytes, back to back.
 func clientFrames(size, n int) []byte {
 	payload := make([]byte, size)
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
 	}
-	h := frame.Header{Fin: true, Opcode: frame.OpText, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Length: int64(size)}
+	return maskedFrames(frame.Header{Fin: true, Opcode: frame.OpText}, payload, n)
+}
+
+// maskedFrames returns n copies of the frame h with body, masked as a
+// client sends it.
+func maskedFrames(h frame.Header, body []byte, n int) []byte {
+	h.Masked, h.Mask, h.Length = true, [4]byte{1, 2, 3, 4}, int64(len(body))
 	var out []byte
 	for range n {
 		out = frame.Append(out, h)
 		start := len(out)
-		out = append(out, payload...)
+		out = append(out, body...)
 		frame.Mask(h.Mask, 0, out[start:])
 	}
 	return out
@@ -157,28 +174,34 @@ func BenchmarkServerHandler(b *testing.B) {
 		b.Run(sizeName(size), func(b *testing.B) {
 			a, peer := socketPair(b)
 			defer peer.Close()
-			c := newConn(a, nil, true, "", nil)
-			c.serving = true
-			done := make(chan struct{})
-			n := 0
-			s := &Server{Message: func(c *Conn, typ MessageType, p []byte) {
-				if len(p) != size {
-					panic("wrong size")
-				}
-				if n++; n == b.N {
-					close(done)
-				}
-			}}
-			go feed(peer, clientFrames(size, max(1, (256<<10)/(size+14))))
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			go c.serve(s)
-			<-done
-			b.StopTimer()
-			c.CloseNow()
+			benchmarkServe(b, newConn(a, nil, true, "", nil), peer, size, clientFrames(size, max(1, (256<<10)/(size+14))))
 		})
 	}
+}
+
+// benchmarkServe serves c with a Server whose Message callback counts b.N
+// messages of size bytes, which a goroutine writes to peer as frames over
+// and over.
+func benchmarkServe(b *testing.B, c *Conn, peer net.Conn, size int, frames []byte) {
+	c.serving = true
+	done := make(chan struct{})
+	n := 0
+	s := &Server{Message: func(c *Conn, typ MessageType, p []byte) {
+		if len(p) != size {
+			panic("wrong size")
+		}
+		if n++; n == b.N {
+			close(done)
+		}
+	}}
+	go feed(peer, frames)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	go c.serve(s)
+	<-done
+	b.StopTimer()
+	c.CloseNow()
 }
 
 func BenchmarkConnWrite(b *testing.B) {
@@ -216,21 +239,12 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 		peers := make([]int, 0, n)
 		s := &Server{}
 		for range n {
-			fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			f := os.NewFile(uintptr(fds[0]), "")
-			nc, err := net.FileConn(f)
-			f.Close()
-			if err != nil {
-				b.Fatal(err)
-			}
+			nc, peer := socketPairFD(b)
 			c := newConn(nc, nil, true, "", nil)
 			c.serving = true
 			go c.serve(s)
 			conns = append(conns, c)
-			peers = append(peers, fds[1])
+			peers = append(peers, peer)
 		}
 		// Let every reader park, then measure.
 		for range 3 {

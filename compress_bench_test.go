@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -72,15 +70,7 @@ var benchModes = []struct {
 // compressed on its own (which a receiver keeping context inflates too).
 func compressedClientFrames(payload []byte, n int) []byte {
 	body := deflate.CompressOnce(nil, payload, deflate.DefaultLevel, 15)
-	h := frame.Header{Fin: true, Rsv: frame.Rsv1, Opcode: frame.OpText, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Length: int64(len(body))}
-	var out []byte
-	for range n {
-		out = frame.Append(out, h)
-		start := len(out)
-		out = append(out, body...)
-		frame.Mask(h.Mask, 0, out[start:])
-	}
-	return out
+	return maskedFrames(frame.Header{Fin: true, Rsv: frame.Rsv1, Opcode: frame.OpText}, body, n)
 }
 
 // BenchmarkCompressedConnWrite is Write of a message that goes out
@@ -145,25 +135,7 @@ func BenchmarkCompressedServerHandler(b *testing.B) {
 				defer peer.Close()
 				c := newConn(a, nil, true, "", nil)
 				c.enableCompression(&CompressionOptions{}, mode.params)
-				c.serving = true
-				done := make(chan struct{})
-				n := 0
-				s := &Server{Message: func(c *Conn, typ MessageType, p []byte) {
-					if len(p) != len(msg.payload) {
-						panic("wrong size")
-					}
-					if n++; n == b.N {
-						close(done)
-					}
-				}}
-				go feed(peer, compressedClientFrames(msg.payload, max(1, (256<<10)/len(msg.payload))))
-				b.SetBytes(int64(len(msg.payload)))
-				b.ReportAllocs()
-				b.ResetTimer()
-				go c.serve(s)
-				<-done
-				b.StopTimer()
-				c.CloseNow()
+				benchmarkServe(b, c, peer, len(msg.payload), compressedClientFrames(msg.payload, max(1, (256<<10)/len(msg.payload))))
 			})
 		}
 	}
@@ -200,16 +172,7 @@ func BenchmarkIdleCompressedConnMemory(b *testing.B) {
 				conns := make([]*Conn, 0, n)
 				peers := make([]int, 0, n)
 				for range n {
-					fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-					if err != nil {
-						b.Fatal(err)
-					}
-					f := os.NewFile(uintptr(fds[0]), "")
-					nc, err := net.FileConn(f)
-					f.Close()
-					if err != nil {
-						b.Fatal(err)
-					}
+					nc, peer := socketPairFD(b)
 					c := newConn(nc, nil, true, "", nil)
 					if mode.name != "Uncompressed" {
 						c.enableCompression(&CompressionOptions{Threshold: -1}, mode.params)
@@ -219,13 +182,13 @@ func BenchmarkIdleCompressedConnMemory(b *testing.B) {
 					if err := c.Write(context.Background(), Text, payload); err != nil {
 						b.Fatal(err)
 					}
-					if _, err := syscall.Write(fds[1], in); err != nil {
+					if _, err := syscall.Write(peer, in); err != nil {
 						b.Fatal(err)
 					}
 					c.serving = true
 					go c.serve(s)
 					conns = append(conns, c)
-					peers = append(peers, fds[1])
+					peers = append(peers, peer)
 				}
 				wg.Wait()
 				// Let every reader park, then measure.
