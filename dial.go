@@ -55,6 +55,9 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := opts.ConnOptions.validate(); err != nil {
+		return nil, nil, fmt.Errorf("rally: dial %s: %w", redactURL(u), err)
+	}
 	if err := checkSubprotocols(opts.Subprotocols); err != nil {
 		return nil, nil, fmt.Errorf("rally: dial %s: %w", redactURL(u), err)
 	}

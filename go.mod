@@ -10,6 +10,8 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 )
 
+require pgregory.net/rapid v1.3.0 // indirect
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
