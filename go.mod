@@ -3,14 +3,16 @@ module github.com/rallyws/rally
 go 1.26.0
 
 require (
-	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/klauspost/compress v1.20.4
 	github.com/prometheus/client_golang v1.25.0
 )
 
-require pgregory.net/rapid v1.3.0 // indirect
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	pgregory.net/rapid v1.3.0
+)
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
