@@ -80,6 +80,12 @@ type ConnOptions struct {
 	// (if one is running, right after it).
 	OnDrain func(c *Conn)
 
+	// ValidateUTF8OnSend makes every send of a Text message check that it
+	// is valid UTF-8, at the call: an invalid one is refused with an
+	// *InvalidUTF8Error and nothing is queued. Off by default (text goes
+	// out as the caller's bytes, unchecked, as in npm ws).
+	ValidateUTF8OnSend bool
+
 	// WriteStallTimeout, when positive, ends the connection (1006, with an
 	// error saying so) when bytes have waited to be sent this long without
 	// the peer taking a single one: a peer that stopped reading is let go

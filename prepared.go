@@ -19,6 +19,9 @@ type PreparedMessage struct {
 
 	mu       sync.Mutex
 	variants []preparedDeflate // compressed frames, made on first use
+
+	checkOnce sync.Once
+	invalid   error // the payload's UTF-8 check, made on first use
 }
 
 // NewPreparedMessage frames a copy of p as a message of type typ.
@@ -41,6 +44,9 @@ func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 
 // SendPrepared is Send for a prepared message.
 func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
+	if err := c.checkPrepared(pm); err != nil {
+		return Dropped, err
+	}
 	if f := c.preparedFrame(pm); f != nil {
 		return c.sendFrame(frame.Opcode(pm.typ), nil, f, nil, CompressAuto)
 	}
@@ -49,10 +55,23 @@ func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
 
 // WritePrepared is Write for a prepared message.
 func (c *Conn) WritePrepared(ctx context.Context, pm *PreparedMessage) error {
+	if err := c.checkPrepared(pm); err != nil {
+		return err
+	}
 	if f := c.preparedFrame(pm); f != nil {
 		return c.write(ctx, 0, true, nil, f, CompressAuto, lanePrepared)
 	}
 	return c.Write(ctx, pm.typ, pm.payload)
+}
+
+// checkPrepared is checkMessage for a prepared message: its text is
+// checked once, the first time a connection that validates on send asks.
+func (c *Conn) checkPrepared(pm *PreparedMessage) error {
+	if pm.typ != Text || !c.opts.ValidateUTF8OnSend {
+		return nil
+	}
+	pm.checkOnce.Do(func() { pm.invalid = c.checkMessage(Text, pm.payload) })
+	return pm.invalid
 }
 
 // preparedFrame is the frame of pm this server connection sends: shared

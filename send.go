@@ -60,8 +60,8 @@ func (c *Conn) SendDone(typ MessageType, p []byte, done func(err error)) (SendSt
 }
 
 func (c *Conn) send(typ MessageType, p []byte, done func(error)) (SendStatus, error) {
-	if !typ.valid() {
-		return Dropped, errWriteType
+	if err := c.checkMessage(typ, p); err != nil {
+		return Dropped, err
 	}
 	return c.sendFrame(frame.Opcode(typ), p, nil, done, CompressAuto)
 }
@@ -69,8 +69,8 @@ func (c *Conn) send(typ MessageType, p []byte, done func(error)) (SendStatus, er
 // SendCompress is Send with a per-message choice of compression (see
 // Compress); it matters only where permessage-deflate was negotiated.
 func (c *Conn) SendCompress(typ MessageType, p []byte, mode Compress) (SendStatus, error) {
-	if !typ.valid() {
-		return Dropped, errWriteType
+	if err := c.checkMessage(typ, p); err != nil {
+		return Dropped, err
 	}
 	return c.sendFrame(frame.Opcode(typ), p, nil, nil, mode)
 }

@@ -49,8 +49,8 @@ type outFrame struct {
 // (the peer's inflater must see every message the compressor saw), so
 // cancelling such a Write fails the connection.
 func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
-	if !typ.valid() {
-		return errWriteType
+	if err := c.checkMessage(typ, p); err != nil {
+		return err
 	}
 	return c.write(ctx, frame.Opcode(typ), true, p, nil, CompressAuto, laneMessage)
 }
@@ -58,10 +58,29 @@ func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
 // WriteCompress is Write with a per-message choice of compression (see
 // Compress); it matters only where permessage-deflate was negotiated.
 func (c *Conn) WriteCompress(ctx context.Context, typ MessageType, p []byte, mode Compress) error {
+	if err := c.checkMessage(typ, p); err != nil {
+		return err
+	}
+	return c.write(ctx, frame.Opcode(typ), true, p, nil, mode, laneMessage)
+}
+
+// checkMessage validates a message's arguments at the call (nothing
+// invalid reaches the queue): its type, and its text when the connection
+// validates on send.
+func (c *Conn) checkMessage(typ MessageType, p []byte) error {
 	if !typ.valid() {
 		return errWriteType
 	}
-	return c.write(ctx, frame.Opcode(typ), true, p, nil, mode, laneMessage)
+	if typ == Text && c.opts.ValidateUTF8OnSend {
+		var v frame.UTF8
+		if i := v.Feed(p); i >= 0 {
+			return &InvalidUTF8Error{Offset: i}
+		}
+		if !v.Complete() {
+			return &InvalidUTF8Error{Offset: len(p)}
+		}
+	}
+	return nil
 }
 
 // Ping sends a ping with payload (at most 125 bytes) and returns once it has

@@ -48,6 +48,8 @@ func (c *Conn) Writer(ctx context.Context, typ MessageType) (io.WriteCloser, err
 	w.op = frame.Opcode(typ)
 	w.open = true
 	w.err = nil
+	w.validate = typ == Text && c.opts.ValidateUTF8OnSend
+	w.utf8.Reset()
 	return w, nil
 }
 
@@ -81,6 +83,12 @@ type messageWriter struct {
 	buf  *[]byte
 	open bool
 	err  error
+
+	// With ConnOptions.ValidateUTF8OnSend, text is checked as it is
+	// written, and a fragment never ends inside a character: the bytes of
+	// an unfinished one stay in the buffer for the next fragment.
+	validate bool
+	utf8     frame.UTF8
 }
 
 // Write gathers p into the message, sending a fragment whenever the buffer
@@ -92,13 +100,24 @@ func (w *messageWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	if w.validate {
+		v := w.utf8
+		if i := v.Feed(p); i >= 0 {
+			return 0, &InvalidUTF8Error{Offset: i}
+		}
+		w.utf8 = v
+	}
 	n := len(p)
 	for len(p) > 0 {
 		if (w.buf == nil || len(*w.buf) == 0) && len(p) >= writerBufferSize {
-			if err := w.fragment(p, false); err != nil {
+			k := w.unfinished(p)
+			if err := w.fragment(p[:len(p)-k], false); err != nil {
 				return n - len(p), err
 			}
-			return n, nil
+			p = p[len(p)-k:]
+			if k == 0 {
+				return n, nil
+			}
 		}
 		if w.buf == nil {
 			w.buf = bufpool.Get(writerBufferSize)
@@ -107,13 +126,33 @@ func (w *messageWriter) Write(p []byte) (int, error) {
 		*w.buf = append(*w.buf, p[:k]...)
 		p = p[k:]
 		if len(*w.buf) == writerBufferSize {
-			if err := w.fragment(*w.buf, false); err != nil {
+			b := *w.buf
+			k := 0
+			if len(p) == 0 {
+				k = w.unfinished(b)
+			}
+			if err := w.fragment(b[:len(b)-k], false); err != nil {
 				return n - len(p), err
 			}
-			*w.buf = (*w.buf)[:0]
+			*w.buf = b[:copy(b, b[len(b)-k:])]
 		}
 	}
 	return n, nil
+}
+
+// unfinished returns how many bytes at the end of b, the end of what was
+// written so far, belong to a character not finished yet (0 unless the
+// writer validates).
+func (w *messageWriter) unfinished(b []byte) int {
+	if !w.validate || w.utf8.Complete() {
+		return 0
+	}
+	for k := 1; k <= 3 && k <= len(b); k++ {
+		if b[len(b)-k]&0xC0 != 0x80 {
+			return k // b[len(b)-k] starts the unfinished character
+		}
+	}
+	return 0
 }
 
 func (w *messageWriter) fragment(p []byte, fin bool) error {
@@ -137,7 +176,17 @@ func (w *messageWriter) Close() error {
 		if w.buf != nil {
 			last = *w.buf
 		}
+		var cut error
+		if k := w.unfinished(last); k > 0 {
+			// The message would end inside a character: it ends before
+			// it instead, and the caller is told.
+			last = last[:len(last)-k]
+			cut = &InvalidUTF8Error{Offset: 0}
+		}
 		err = w.fragment(last, true)
+		if err == nil {
+			err = cut
+		}
 	}
 	bufpool.Put(w.buf)
 	w.buf = nil
