@@ -186,7 +186,7 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 			cfg.ServerName = u.Hostname()
 		}
 		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(nc, cfg)
+		tc := tls.Client(newTLSSocket(nc), cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			abort()
 			return nil, nil, fail(ctxErr(err))

@@ -51,6 +51,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
+		q.ahead = c.t.aheadOfKernel()
 		q.blocked = true
 		if !inline {
 			c.startFlusher()
@@ -85,6 +86,7 @@ func (c *Conn) kickLocked(inline bool) {
 			return
 		}
 		if n == 0 {
+			c.advanceLocked(0)
 			q.blocked = true
 			if !inline {
 				c.startFlusher()
@@ -164,10 +166,12 @@ func (c *Conn) writeOnceLocked() bool {
 
 // advanceLocked records that the transport took n more bytes of the queue.
 func (c *Conn) advanceLocked(n int) {
+	c.wr.q.ahead = c.t.aheadOfKernel()
 	if n == 0 {
 		return
 	}
 	c.wr.q.advance(n)
+	c.wr.q.ahead = c.t.aheadOfKernel()
 	c.wr.taken += uint64(n)
 	c.wakeLocked()
 }

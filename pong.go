@@ -39,6 +39,7 @@ func (c *Conn) sendPong(payload []byte) {
 			return
 		}
 		q.pushTaken(k, f[k:], nil, true, true, nil)
+		q.ahead = c.t.aheadOfKernel()
 		q.blocked = true
 		c.startFlusher()
 		return

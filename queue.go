@@ -43,11 +43,14 @@ import (
 //     compressed with context takeover, which the peer's inflater must see)
 //     is never withdrawn.
 //  8. Bytes in [head, busy) are being written by a transport outside the
-//     lock: they are neither moved nor overwritten.
+//     lock: they are neither moved nor overwritten. The ahead bytes after
+//     head are held by the transport (encrypted, not yet all in the
+//     kernel): they count as started.
 type sendQueue struct {
 	buf   *[]byte // borrowed while the queue is non-empty
 	head  int
 	busy  int
+	ahead int // bytes after head the transport holds though the kernel has not taken them
 	recs  []record
 	first int
 	// start is where recs[first] begins in buf: below head once the
@@ -228,7 +231,7 @@ func (q *sendQueue) pushPong(f []byte) {
 // unstarted reports whether a record starting at start has not begun to
 // leave and is not being written.
 func (q *sendQueue) unstarted(start int) bool {
-	return start >= q.head && start >= q.busy
+	return start >= q.head+q.ahead && start >= q.busy
 }
 
 // advance records that the transport took n more bytes of the main lane,
@@ -321,6 +324,7 @@ func (q *sendQueue) releaseIfEmpty() {
 	bufpool.Put(q.buf)
 	q.buf = nil
 	q.head = 0
+	q.ahead = 0
 	clear(q.recs)
 	q.recs = q.recs[:0]
 	q.first = 0

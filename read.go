@@ -325,6 +325,14 @@ func (c *Conn) fill() error {
 		return err
 	}
 	c.rd.in = (*buf)[:n]
+	if tt, ok := c.t.(*tlsTransport); ok && tt.s.backlogged() {
+		// The read made crypto/tls write (an alert, a KeyUpdate reply).
+		c.wr.mu.Lock()
+		if !c.wr.flushing {
+			tt.flushBacklog()
+		}
+		c.wr.mu.Unlock()
+	}
 	if c.cl.keepalive != nil {
 		c.rd.last.Store(time.Now().UnixNano())
 	}

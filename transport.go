@@ -19,7 +19,10 @@ var errAgain = errors.New("rally: would block")
 //   - socketTransport: a TCP or Unix socket rally reaches through
 //     syscall.RawConn. Writes are non-blocking system calls from whichever
 //     goroutine sends; reads wait for readability holding no buffer.
-//   - streamTransport: any other net.Conn (TLS, an in-memory pipe). It
+//   - tlsTransport: a tls.Conn over rally's own socket (tls.go): sends
+//     keep the socket's contract, a frame taken once its ciphertext is in
+//     the kernel.
+//   - streamTransport: any other net.Conn (TLS made elsewhere, a pipe). It
 //     cannot write without possibly blocking, so sends are queued and
 //     written by a flushing goroutine; reads block in Read.
 //
@@ -44,6 +47,15 @@ type transport interface {
 	// stream in an unknown state (TLS latches the error).
 	resumable() bool
 
+	// aheadOfKernel is how many bytes at the head of what the transport
+	// was last given it holds without the kernel having taken them (TLS:
+	// encrypted, not all sent): they must be treated as started.
+	aheadOfKernel() int
+
+	// flushBacklog writes without waiting what the transport produced on
+	// its own (TLS alerts); called with no flushing goroutine running.
+	flushBacklog()
+
 	// read waits for bytes and returns them in buf, a buffer it borrowed
 	// (or reused) for the caller; the caller gives it back with
 	// bufpool.Put when it has used every byte. An idle connection's
@@ -53,6 +65,9 @@ type transport interface {
 
 // newTransport picks the transport for nc.
 func newTransport(nc net.Conn) transport {
+	if t := tlsTransportOf(nc); t != nil {
+		return t
+	}
 	if rc := rawConnOf(nc); rc != nil {
 		t := &socketTransport{rc: rc}
 		t.writeFn = t.doWrite
@@ -127,6 +142,10 @@ func (t *socketTransport) doWait(fd uintptr) bool {
 
 func (t *socketTransport) resumable() bool { return true }
 
+func (t *socketTransport) aheadOfKernel() int { return 0 }
+
+func (t *socketTransport) flushBacklog() {}
+
 func (t *socketTransport) read(buf *[]byte) (*[]byte, int, error) {
 	t.rbuf = buf
 	t.rn, t.rerr = 0, nil
@@ -183,6 +202,10 @@ func (t *streamTransport) tryWrite(a, b []byte) (int, error) { return 0, nil }
 func (t *streamTransport) write(p []byte) (int, error) { return t.nc.Write(p) }
 
 func (t *streamTransport) resumable() bool { return false }
+
+func (t *streamTransport) aheadOfKernel() int { return 0 }
+
+func (t *streamTransport) flushBacklog() {}
 
 func (t *streamTransport) read(buf *[]byte) (*[]byte, int, error) {
 	size := smallReadBufferSize
