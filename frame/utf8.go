@@ -132,9 +132,15 @@ var useSIMD = haveSIMD
 // scan is scanDFA, with the bulk of a long p checked by the vector
 // validator.
 func scan(s uint64, p []byte) (uint64, int) {
-	if !useSIMD || len(p) < simdMin {
-		return scanDFA(s, p)
+	if useSIMD && len(p) >= simdMin {
+		return scanSIMD(s, p)
 	}
+	return scanDFA(s, p)
+}
+
+// scanSIMD is scanDFA for a p of at least simdMin bytes, with the bulk of p
+// checked by the vector validator.
+func scanSIMD(s uint64, p []byte) (uint64, int) {
 	// Finish the character the last call left open: at most 3 bytes.
 	i := 0
 	for ; s != sAccept && i < len(p); i++ {
@@ -183,6 +189,11 @@ func afterLookup(p []byte, i, r int) (uint64, int) {
 // U+10FFFF, stray continuation bytes and the bytes C0, C1 and F5-FF are
 // invalid; so E0 80 fails at 80, ED A0 at A0, F4 90 at 90, C0 at C0.
 //
+// On amd64 with AVX2, inputs of 64 bytes or more are checked with vector
+// instructions, 32 bytes at a time, and shorter ones by a table automaton,
+// as everywhere else (and in builds with the purego tag); the results are the
+// same.
+//
 // The zero value is ready to use. A UTF8 holds no reference to the bytes it
 // was fed. It is not safe for concurrent use.
 type UTF8 struct {
@@ -197,8 +208,12 @@ func (v *UTF8) Feed(p []byte) int {
 	if v.state == sReject {
 		return 0
 	}
-	s, i := scan(v.state, p)
-	v.state = s
+	var i int
+	if useSIMD && len(p) >= simdMin {
+		v.state, i = scanSIMD(v.state, p)
+	} else {
+		v.state, i = scanDFA(v.state, p)
+	}
 	return i
 }
 
@@ -210,9 +225,11 @@ func (v *UTF8) Complete() bool { return v.state == sAccept }
 func (v *UTF8) Reset() { v.state = sAccept }
 
 // ValidUTF8 reports whether p is valid UTF-8 under the same rules as UTF8.
-// ASCII is checked 32 and 8 bytes at a time.
 func ValidUTF8(p []byte) bool {
-	s, _ := scan(sAccept, p)
+	if useSIMD && len(p) >= simdMin {
+		return lookupAVX2(p) == 0
+	}
+	s, _ := scanDFA(sAccept, p)
 	return s == sAccept
 }
 
