@@ -108,7 +108,15 @@ func (c *Conn) sendClose(payload []byte) bool {
 	return true
 }
 
+// closeTimedOut cuts the connection when the close handshake did not end
+// in time. If the read side had already ended (the peer's close frame
+// arrived, or a violation was announced), the handshake itself is over and
+// that is how the connection ended: only TCP's wind-down was cut short.
 func (c *Conn) closeTimedOut() {
+	if ce := c.cl.readEnd.Load(); ce != nil {
+		c.finish(ce)
+		return
+	}
 	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errors.New("close handshake timed out")})
 }
 

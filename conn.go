@@ -33,6 +33,8 @@ type Conn struct {
 	cl closeSide
 	cb callbackState
 	dl deadlineWatch
+
+	stepFn func() bool // c.flushStep, made once
 }
 
 // readSide is the state of receiving, owned by the goroutine that holds
@@ -60,8 +62,10 @@ type writeSide struct {
 	mu       sync.Mutex
 	q        sendQueue
 	hdr      [frame.MaxHeaderSize]byte
-	err      error // once set, every send fails with it
-	flushing bool  // a goroutine is writing the queue (see flush)
+	err      error  // once set, every send fails with it
+	flushing bool   // a goroutine is writing the queue: nothing else writes to the transport
+	until    uint64 // the flusher's goal: frame until has left (0: the queue is empty)
+	stepErr  error  // the transport's error seen by flushStep
 	progress chan struct{}
 	taken    uint64 // bytes the transport took, ever: progress for the stall timer
 	stall    *time.Timer
@@ -87,6 +91,7 @@ type closeSide struct {
 	final     *CloseError
 	keepalive *time.Timer
 	onClose   []func(*CloseError)
+	readEnd   atomic.Pointer[CloseError] // the read side's end, once it came with a close frame
 }
 
 // callbackState serialises a connection's callbacks (see callback.go).

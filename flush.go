@@ -78,6 +78,9 @@ func (c *Conn) putZbuf(f *outFrame) {
 // kickLocked writes what the transport takes of the queue now, and leaves
 // the rest to a flushing goroutine (or, when inline, to the caller).
 func (c *Conn) kickLocked(inline bool) {
+	if c.wr.flushing {
+		return // the flusher writes: nothing else may (see writeSomeLocked)
+	}
 	q := &c.wr.q
 	for q.queued() > 0 {
 		n, err := c.t.tryWrite(q.pending(), nil)
@@ -107,28 +110,30 @@ func (c *Conn) startFlusher() {
 }
 
 // flushLoop writes the queue until it is empty, then exits. It is the only
-// writer of the transport while wr.flushing is set. It writes the queue's
-// pending bytes outside the write lock (the queue keeps them still:
-// sendQueue invariant 8), so a send is never held up by a slow peer, and
-// it runs completions with the flushing role given up, so that a
-// completion may Write or Close.
+// writer of the transport while wr.flushing is set, and it runs
+// completions with the flushing role given up, so that a completion may
+// Write or Close.
 func (c *Conn) flushLoop() {
 	c.wr.mu.Lock()
 	for {
-		if !c.writeOnceLocked() {
-			return
-		}
 		if c.wr.err != nil || c.wr.q.queued() == 0 {
 			c.wr.flushing = false
 			c.unlockWrite()
+			return
+		}
+		if err := c.writeSomeLocked(0); err != nil {
+			c.wr.flushing = false
+			c.failWriteLocked(err)
+			c.unlockWrite()
+			c.endAbnormal(err)
 			return
 		}
 		if len(c.wr.q.dones) > 0 {
 			c.wr.flushing = false
 			c.unlockWrite()
 			c.wr.mu.Lock()
-			if c.wr.flushing || c.wr.err != nil || c.wr.q.queued() == 0 {
-				// Another goroutine writes now, or nothing is left.
+			if c.wr.flushing {
+				// Another goroutine writes now.
 				c.unlockWrite()
 				return
 			}
@@ -137,12 +142,42 @@ func (c *Conn) flushLoop() {
 	}
 }
 
-// writeOnceLocked makes one blocking write of the queue's pending bytes,
-// with the write lock released during it. It reports false, with the lock
-// released and the connection ended, if the write failed.
-func (c *Conn) writeOnceLocked() bool {
+// streamChunk bounds what a blocking transport (a stream) is handed at
+// once: a pong can go in at the next frame boundary after it.
+const streamChunk = 64 << 10
+
+// writeSomeLocked moves queued bytes to the transport, waiting until it
+// takes some: on a socket, until the queue is empty, or frame until has
+// left (until > 0), or completions are due (until == 0); on a stream, one
+// chunk. The flusher calls it with the write lock held and gets it back
+// held; the lock is released while it waits. It returns the transport's
+// error.
+//
+// On a socket, each attempt is a non-blocking write made under the write
+// lock inside the socket's write callback, so the lock order there is the
+// socket's write lock, then the connection's. That is safe because nothing
+// else writes to the socket while wr.flushing is set: every direct write
+// (tryWrite) checks it under the write lock first.
+func (c *Conn) writeSomeLocked(until uint64) error {
 	q := &c.wr.q
+	c.wr.until = until
+	c.wr.mu.Unlock()
+	if c.stepFn == nil {
+		c.stepFn = c.flushStep
+	}
+	ok, err := c.t.flushQueue(&c.wr.mu, c.stepFn)
+	c.wr.mu.Lock()
+	if ok {
+		if err == nil {
+			err = c.wr.stepErr
+		}
+		c.wr.stepErr = nil
+		return err
+	}
 	p := q.pending()
+	if len(p) > streamChunk {
+		p = p[:streamChunk]
+	}
 	q.busy = q.head + len(p)
 	c.wr.mu.Unlock()
 	n, err := c.t.write(p)
@@ -151,17 +186,41 @@ func (c *Conn) writeOnceLocked() bool {
 	if c.wr.err != nil {
 		// The queue failed meanwhile (CloseNow): what was written is moot.
 		q.releaseIfEmpty()
-		return true
+		return nil
 	}
 	if err != nil {
-		c.wr.flushing = false
-		c.failWriteLocked(err)
-		c.unlockWrite()
-		c.endAbnormal(err)
-		return false
+		return err
 	}
 	c.advanceLocked(n)
-	return true
+	return nil
+}
+
+// flushStep is one attempt of a socket's flush, under the write lock (see
+// writeSomeLocked). It reports whether to stop; false waits for the socket
+// to become writable.
+func (c *Conn) flushStep() bool {
+	q := &c.wr.q
+	for {
+		if c.wr.err != nil || q.queued() == 0 {
+			return true
+		}
+		if c.wr.until > 0 && q.doneSeq >= c.wr.until {
+			return true
+		}
+		n, err := c.t.writeNow(q.pending())
+		if err != nil {
+			c.wr.stepErr = err
+			return true
+		}
+		if n == 0 {
+			q.blocked = true
+			return false
+		}
+		c.advanceLocked(n)
+		if c.wr.until == 0 && len(q.dones) > 0 {
+			return true
+		}
+	}
 }
 
 // advanceLocked records that the transport took n more bytes of the queue.

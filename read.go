@@ -410,6 +410,9 @@ func (c *Conn) ioEnd(err error) *CloseError {
 func (c *Conn) endRead(ce *CloseError, linger bool) error {
 	c.rd.end = ce
 	c.rd.linger = linger
+	if linger {
+		c.cl.readEnd.Store(ce)
+	}
 	if !linger {
 		c.finish(ce)
 		c.releaseReadBuffer()

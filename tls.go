@@ -343,6 +343,10 @@ func (t *tlsTransport) write(p []byte) (int, error) {
 	}
 }
 
+func (t *tlsTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
+
+func (t *tlsTransport) writeNow([]byte) (int, error) { return 0, nil }
+
 // resumable: crypto/tls never saw the deadline (the socket's Write does not
 // fail), so a cut wait leaves the stream whole.
 func (t *tlsTransport) resumable() bool { return true }

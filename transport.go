@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 
 	"github.com/rallyws/rally/internal/bufpool"
@@ -47,6 +48,17 @@ type transport interface {
 	// stream in an unknown state (TLS latches the error).
 	resumable() bool
 
+	// flushQueue writes a queue as the transport becomes writable: it
+	// calls step with lock held for each attempt (step writes with
+	// writeNow and reports whether to stop; false waits for writability).
+	// It reports false, doing nothing, when the transport has no
+	// non-blocking write: the caller then uses write, outside the lock.
+	flushQueue(lock *sync.Mutex, step func() bool) (bool, error)
+
+	// writeNow is a non-blocking write, valid only inside flushQueue's
+	// step: (0, nil) when the kernel takes nothing now.
+	writeNow(p []byte) (int, error)
+
 	// aheadOfKernel is how many bytes at the head of what the transport
 	// was last given it holds without the kernel having taken them (TLS:
 	// encrypted, not all sent): they must be treated as started.
@@ -73,6 +85,7 @@ func newTransport(nc net.Conn) transport {
 		t.writeFn = t.doWrite
 		t.readFn = t.doRead
 		t.waitFn = t.doWait
+		t.flushFn = t.doFlush
 		return t
 	}
 	return &streamTransport{nc: nc}
@@ -103,6 +116,36 @@ type socketTransport struct {
 	wn   int
 	werr error
 	wiov [2]syscall.Iovec
+
+	// flushQueue's, owned by the flushing goroutine.
+	flushFn func(fd uintptr) bool
+	fstep   func() bool
+	flock   *sync.Mutex
+	ffd     uintptr
+	fiov    [2]syscall.Iovec
+}
+
+func (t *socketTransport) flushQueue(lock *sync.Mutex, step func() bool) (bool, error) {
+	t.fstep, t.flock = step, lock
+	err := t.rc.Write(t.flushFn)
+	t.fstep, t.flock = nil, nil
+	return true, err
+}
+
+func (t *socketTransport) doFlush(fd uintptr) bool {
+	t.ffd = fd
+	t.flock.Lock()
+	stop := t.fstep()
+	t.flock.Unlock()
+	return stop
+}
+
+func (t *socketTransport) writeNow(p []byte) (int, error) {
+	n, err := writeFd(t.ffd, &t.fiov, p, nil)
+	if err == errAgain {
+		return 0, nil
+	}
+	return n, err
 }
 
 func (t *socketTransport) tryWrite(a, b []byte) (int, error) {
@@ -202,6 +245,10 @@ func (t *streamTransport) tryWrite(a, b []byte) (int, error) { return 0, nil }
 func (t *streamTransport) write(p []byte) (int, error) { return t.nc.Write(p) }
 
 func (t *streamTransport) resumable() bool { return false }
+
+func (t *streamTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
+
+func (t *streamTransport) writeNow([]byte) (int, error) { return 0, nil }
 
 func (t *streamTransport) aheadOfKernel() int { return 0 }
 

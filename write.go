@@ -245,22 +245,8 @@ func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
 	c.wr.mu.Lock()
 	var werr error
 	q := &c.wr.q
-	for c.wr.err == nil && q.doneSeq < seq && q.queued() > 0 {
-		p := q.pending()
-		q.busy = q.head + len(p)
-		c.wr.mu.Unlock()
-		var n int
-		n, werr = c.t.write(p)
-		c.wr.mu.Lock()
-		q.busy = 0
-		if c.wr.err != nil {
-			q.releaseIfEmpty()
-			break
-		}
-		if werr != nil {
-			break
-		}
-		c.advanceLocked(n)
+	for c.wr.err == nil && q.doneSeq < seq && q.queued() > 0 && werr == nil {
+		werr = c.writeSomeLocked(seq)
 	}
 	cut := werr != nil && ctx.Err() != nil && errors.Is(werr, os.ErrDeadlineExceeded)
 	if werr != nil && !(cut && c.t.resumable()) {
