@@ -341,7 +341,9 @@ func TestMainRejectsBadUsageWith2(t *testing.T) {
 		{},
 		{"echo"},
 		{"ping", "ws://127.0.0.1:1/"},
-		{"echo", "http://127.0.0.1:1/"},
+		{"echo", "ftp://127.0.0.1:1/"},
+		{"echo", "ws://127.0.0.1:1/", "--conns", "0"},
+		{"echo", "ws://127.0.0.1:1/", "--bogus"},
 		{"echo", "ws://127.0.0.1:1/", "--conns", "many"},
 	} {
 		var out, errOut bytes.Buffer

@@ -11,7 +11,7 @@ func TestServeHelpListsEveryFlagWithItsEnvironmentVariable(t *testing.T) {
 	if code := run([]string{"serve", "--help"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	help := errOut.String()
+	help := out.String()
 	listed := 0
 	for _, g := range serveGroups {
 		for _, f := range g.flags {
