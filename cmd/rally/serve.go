@@ -263,7 +263,13 @@ func serveConfigFile(fs *flag.FlagSet, path string, given map[string]bool) error
 	if _, err := toml.DecodeFile(path, &file); err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return cli.Usagef("%s: line %d: %s", path, pe.Position.Line, pe.Message)
+			// The parser's message may quote the line, which may hold a
+			// secret: say where, not what.
+			where := fmt.Sprintf("line %d", pe.Position.Line)
+			if pe.LastKey != "" {
+				where += fmt.Sprintf(" (at key %q)", pe.LastKey)
+			}
+			return cli.Usagef("%s: %s is not valid TOML", path, where)
 		}
 		return cli.Usagef("%v", err)
 	}
