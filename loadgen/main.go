@@ -73,7 +73,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return status
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(mainContext(), os.Interrupt)
 	defer stop()
 	live := isTerminal(stderr)
 	if live {
@@ -131,6 +131,10 @@ func checkFlags(fs *flag.FlagSet, cfg *Config) error {
 	}
 	return nil
 }
+
+// mainContext is the context Main runs under until an interrupt; tests
+// replace it to end a run on an event instead of a clock.
+var mainContext = context.Background
 
 // writeProgress draws one line of live progress: a bar over the window,
 // the rate of the last second, the errors so far.
