@@ -4,7 +4,7 @@
 //
 // # A server
 //
-// A Server is an [http.Handler] that accepts WebSocket connections and
+// A Server is an http.Handler that accepts WebSocket connections and
 // calls you for each event: no read loop to write. Answer with Conn.Send,
 // which never blocks:
 //
