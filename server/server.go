@@ -1,8 +1,8 @@
 // Package server is the runnable WebSocket server behind `rally serve`:
 // topic pub/sub for browsers and other clients on /ws (a small JSON
 // protocol, docs/PROTOCOL.md), an HTTP publish API for backends, an echo
-// endpoint, token auth, limits, Prometheus metrics and a demo page, on one
-// machine or on several joined by NATS.
+// endpoint and a chat room for tools, token auth, limits, Prometheus
+// metrics and a demo page, on one machine or on several joined by NATS.
 //
 // It is for running rally as a program (or embedding that program in
 // another); to build a server of your own design, use the rally and
