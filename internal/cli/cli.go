@@ -134,7 +134,7 @@ func PrintFlags(w io.Writer, fs *flag.FlagSet, names ...string) {
 func PrintFlag(w io.Writer, f *flag.Flag, value, note string) {
 	name, usage := flag.UnquoteUsage(f)
 	if value == "" {
-		value = name
+		value = placeholder(name)
 	}
 	if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); isBool {
 		value = ""
@@ -157,4 +157,18 @@ func PrintFlag(w io.Writer, f *flag.Flag, value, note string) {
 	if len(tail) > 0 {
 		fmt.Fprintf(w, "        (%s)\n", strings.Join(tail, "; "))
 	}
+}
+
+// placeholder is how a flag's value is shown when its usage does not name
+// it (with `NAME` in back quotes): by its kind, in capitals.
+func placeholder(kind string) string {
+	switch kind {
+	case "int", "uint", "int64", "uint64":
+		return "N"
+	case "float":
+		return "NUMBER"
+	case "value":
+		return "VALUE"
+	}
+	return strings.ToUpper(kind)
 }
