@@ -256,10 +256,53 @@ func TestCatToAWebPageSaysSoInsteadOfPrintingIt(t *testing.T) {
 
 func TestBenchTakesHTTPURLsAndChatRunsAgainstRallyServesChat(t *testing.T) {
 	base := startRally(t)
-	// The window is long enough for a round of 2 clients on a loaded
-	// machine; what is checked is that rounds complete, not how many.
-	status, stdout, stderr := runRally(t, nil, "bench", "chat", base+"/chat", "--conns", "2", "--inflight", "1", "--duration", "3s", "--warmup", "0")
-	if status != 0 || !strings.Contains(stdout, "chat") {
-		t.Fatalf("rally bench chat %s/chat: exit %d\nstdout:\n%s\nstderr:\n%s", base, status, stdout, stderr)
+	// An observer in the room sees every message of the bench's 2 clients
+	// (1 per round each). A third message means round 2 has begun, so
+	// round 1 was complete for both; then the bench is interrupted, which
+	// ends its window and prints what it measured.
+	observer := exec.Command(rallyBin, "cat", strings.Replace(base, "http", "ws", 1)+"/chat")
+	stdin, err := observer.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := observer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := observer.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := observer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close() // the observer closes with 1000 and exits
+		observer.Wait()
+	}()
+	if line, err := bufio.NewReader(events).ReadString('\n'); err != nil || line != "connected\n" {
+		t.Fatalf("observer: %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, events)
+
+	bench := exec.Command(rallyBin, "bench", "chat", base+"/chat", "--conns", "2", "--inflight", "1", "--duration", "1h", "--warmup", "0")
+	var stdout, stderr syncBuffer
+	bench.Stdout, bench.Stderr = &stdout, &stderr
+	if err := bench.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(seen)
+	for n := 0; n < 3; n++ {
+		if !lines.Scan() {
+			bench.Process.Kill()
+			bench.Wait()
+			t.Fatalf("the observer saw %d messages of the bench, then its output ended; bench stderr:\n%s", n, stderr.String())
+		}
+	}
+	go io.Copy(io.Discard, seen)
+	bench.Process.Signal(os.Interrupt)
+	err = bench.Wait()
+	if err != nil || !strings.Contains(stdout.String(), "deliveries/s") || !strings.Contains(stdout.String(), "errors    0") {
+		t.Fatalf("rally bench chat %s/chat: %v\nstdout:\n%s\nstderr:\n%s", base, err, stdout.String(), stderr.String())
 	}
 }
