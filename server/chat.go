@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+
 	"github.com/rallyws/rally"
 )
 
@@ -12,7 +14,7 @@ const chatTopic = "#chat"
 // is read, so that it gets everything sent after its handshake.
 func (s *Server) chatOpen(c *rally.Conn) {
 	s.opened("chat")(c)
-	if err := s.hub.Subscribe(c, chatTopic); err != nil && err != rally.ErrClosed {
+	if err := s.hub.Subscribe(c, chatTopic); err != nil && !errors.Is(err, rally.ErrClosed) {
 		s.log.Warn("chat: other nodes not told", "err", err)
 	}
 }
