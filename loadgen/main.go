@@ -111,10 +111,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 func checkFlags(fs *flag.FlagSet, cfg *Config) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, name := range []string{"conns", "size", "inflight"} {
+	for _, name := range []string{"conns", "size", "inflight", "server-pid"} {
 		if v := fs.Lookup(name).Value.(flag.Getter).Get().(int); given[name] && v <= 0 && (name != "size" || v < 0) {
 			return cli.Usagef("--%s is %d; it must be more than 0", name, v)
 		}
+	}
+	if given["duration"] && cfg.Duration <= 0 {
+		return cli.Usagef("--duration is %v; it must be more than 0", cfg.Duration)
 	}
 	if cfg.Warmup < 0 {
 		return cli.Usagef("--warmup must not be negative")

@@ -133,6 +133,8 @@ func TestEveryCommandReportsAWrongCommandLineInOneLineWithStatus2(t *testing.T) 
 		{[]string{"bench", "echo", "ws://127.0.0.1:1/", "--bogus"}, "rally bench", "unknown flag --bogus"},
 		{[]string{"bench", "echo", "ws://127.0.0.1:1/", "--conns", "-3"}, "rally bench", "--conns is -3"},
 		{[]string{"bench", "ping", "ws://127.0.0.1:1/"}, "rally bench", `unknown scenario "ping"`},
+		{[]string{"bench", "idle", "ws://127.0.0.1:1/", "--server-pid", "-1"}, "rally bench", "--server-pid is -1"},
+		{[]string{"bench", "echo", "ws://127.0.0.1:1/", "--duration", "0s"}, "rally bench", "duration"},
 		{[]string{"conform", "server"}, "rally conform server", "want exactly one URL"},
 		{[]string{"conform", "server", "ws://127.0.0.1:1/", "--timeout", "-1s"}, "rally conform server", "--timeout"},
 		{[]string{"conform", "client"}, "rally conform client", "--addr"},
