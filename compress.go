@@ -175,6 +175,15 @@ func (c *Conn) compressLocked(p []byte) *[]byte {
 	return buf
 }
 
+// compressPartLocked compresses one fragment of a streamed message into a
+// borrowed buffer, in send order (the caller holds the write lock).
+func (c *Conn) compressPartLocked(p []byte, final bool) *[]byte {
+	buf := bufpool.Get(len(p)/2 + 64)
+	*buf = c.z.comp.CompressPart((*buf)[:0], p, final)
+	c.z.sendUsed = true
+	return buf
+}
+
 // inflate turns a gathered compressed message into its payload, checked
 // against the read limit while inflating and, for text, for UTF-8.
 func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {

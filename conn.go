@@ -67,8 +67,9 @@ type writeSide struct {
 	stall    *time.Timer
 	stallAt  uint64
 
-	slot   chan struct{}  // held by a streaming Writer
-	writer *messageWriter // made by the first Writer
+	slot    chan struct{}  // held by a streaming Writer
+	writer  *messageWriter // made by the first Writer
+	streamZ bool           // the streamed message is compressed
 
 	corks corkState
 

@@ -185,11 +185,37 @@ func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte, mode Compress, f
 	h := frame.Header{Fin: fin, Opcode: op}
 	var f outFrame
 	f.keep = fragment
-	if fin && !fragment && (op == frame.OpText || op == frame.OpBinary) && c.z.wantsCompression(len(p), mode) {
-		f.zbuf = c.compressLocked(p)
-		p = *f.zbuf
-		h.Rsv = frame.Rsv1
-		f.keep = c.z.takeover
+	switch {
+	case fragment:
+		if op != frame.OpContinuation {
+			// A streamed message's first fragment decides for the whole
+			// message: its size is known only if it is also the last;
+			// otherwise it is at least a full writer buffer.
+			size := len(p)
+			if !fin {
+				size = max(size, writerBufferSize)
+			}
+			c.wr.streamZ = c.z.wantsCompression(size, mode)
+			if c.wr.streamZ {
+				h.Rsv = frame.Rsv1 // RFC 7692 6.1: on the first frame only
+			}
+		}
+		if c.wr.streamZ {
+			f.zbuf = c.compressPartLocked(p, fin)
+			p = *f.zbuf
+		}
+	case fin && (op == frame.OpText || op == frame.OpBinary):
+		if c.wr.q.streaming && c.wr.streamZ && c.z.takeover {
+			// Held while a compressed message streams: compressing it now
+			// would put it inside that message's deflate stream.
+			mode = CompressNever
+		}
+		if c.z.wantsCompression(len(p), mode) {
+			f.zbuf = c.compressLocked(p)
+			p = *f.zbuf
+			h.Rsv = frame.Rsv1
+			f.keep = c.z.takeover
+		}
 	}
 	h.Length = int64(len(p))
 	if !c.server {

@@ -26,6 +26,16 @@ var errWriterClosed = errors.New("rally: write to a closed message writer")
 // connection is failed, since a message cannot be taken back halfway. The
 // returned writer is valid until Close and must be used by one goroutine.
 func (c *Conn) Writer(ctx context.Context, typ MessageType) (io.WriteCloser, error) {
+	return c.WriterCompress(ctx, typ, CompressAuto)
+}
+
+// WriterCompress is Writer with a per-message choice of compression (see
+// Compress). Where permessage-deflate was negotiated, a streamed message is
+// compressed fragment by fragment (RSV1 on its first frame only), each
+// fragment flushed so the peer can inflate it as it arrives; CompressAuto
+// applies the threshold to the message's first fragment (a message longer
+// than the writer's 32 KiB buffer counts as at least that long).
+func (c *Conn) WriterCompress(ctx context.Context, typ MessageType, mode Compress) (io.WriteCloser, error) {
 	if !typ.valid() {
 		return nil, errWriteType
 	}
@@ -46,6 +56,7 @@ func (c *Conn) Writer(ctx context.Context, typ MessageType) (io.WriteCloser, err
 	c.unlockWrite()
 	w.ctx = ctx
 	w.op = frame.Opcode(typ)
+	w.mode = mode
 	w.open = true
 	w.err = nil
 	w.validate = typ == Text && c.opts.ValidateUTF8OnSend
@@ -81,6 +92,7 @@ type messageWriter struct {
 	ctx  context.Context
 	op   frame.Opcode // the opcode of the next fragment
 	buf  *[]byte
+	mode Compress
 	open bool
 	err  error
 
@@ -156,7 +168,7 @@ func (w *messageWriter) unfinished(b []byte) int {
 }
 
 func (w *messageWriter) fragment(p []byte, fin bool) error {
-	err := w.c.write(w.ctx, w.op, fin, p, nil, CompressNever, laneFragment)
+	err := w.c.write(w.ctx, w.op, fin, p, nil, w.mode, laneFragment)
 	w.op = frame.OpContinuation
 	if err != nil {
 		w.err = err
@@ -205,6 +217,7 @@ func (w *messageWriter) Close() error {
 func (c *Conn) endStreamLocked() {
 	q := &c.wr.q
 	closeHeld := q.closed && c.wr.closeSeq == 0
+	c.wr.streamZ = false
 	last := q.endStream()
 	if c.wr.err != nil {
 		return
