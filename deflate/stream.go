@@ -11,6 +11,7 @@ package deflate
 // copy from, and is handed out in pieces of the ring.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -236,6 +237,16 @@ func corrupt(format string, args ...any) error {
 // whole byte. When the chunk is used up and it ends the message, the tail
 // (RFC 7692 7.2.2) follows.
 func (s *stream) refill() {
+	if s.nbits <= 56 && len(s.in) >= 8 {
+		// Eight bytes at once; the whole bytes that fit are taken. The
+		// bits above nbits are then the next bytes of in, which the next
+		// refill puts in the same place again: no harm.
+		s.bits |= binary.LittleEndian.Uint64(s.in) << s.nbits
+		k := (63 - s.nbits) >> 3
+		s.in = s.in[k:]
+		s.nbits += k << 3
+		return
+	}
 	for s.nbits <= 56 {
 		if len(s.in) == 0 {
 			if !s.last || s.tail {
@@ -333,6 +344,9 @@ func (s *stream) step() (bool, error) {
 			s.have = min(s.have+1, histSize)
 		}
 		if s.nbits == 0 {
+			// The bit buffer may hold copies of in's next bytes (see
+			// refill), which are taken from in directly now.
+			s.bits = 0
 			n := copy(s.hist[s.wr:], s.in[:min(len(s.in), s.storedLeft)])
 			s.in = s.in[n:]
 			s.wr += n
