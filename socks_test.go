@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // socksServer is a SOCKS5 server in Go that answers as script says and
@@ -130,6 +131,8 @@ func TestDialSpeaksSOCKS5AsRFC1928And1929SayWithTheNameOrTheAddress(t *testing.T
 			"050100 05010001" + "7f000001" + hexPort},
 		{"socks5h sends an address as an address", "", "socks5h", "127.0.0.1", socksScript{},
 			"050100 05010001" + "7f000001" + hexPort},
+		{"an IPv6 address as one", "", "socks5", "[::1]", socksScript{},
+			"050100 05010004" + "00000000000000000000000000000001" + hexPort},
 		{"with a user, user/password is offered too and sent", "alice:pw%20x@", "socks5h", "echo.rally.test",
 			socksScript{method: 2, authOK: true},
 			"05020002 0105|alice|04|pw x 0501000" + "30f" + hex.EncodeToString([]byte("echo.rally.test")) + hexPort},
@@ -288,5 +291,20 @@ func TestDialAuthenticatesWithMicrosocksAndKeepsTheCredentialsOutOfErrors(t *tes
 		if errors.As(err, &he) {
 			t.Fatalf("Dial error %v is a HandshakeError: no HTTP answer came", err)
 		}
+	}
+}
+
+func TestDialThroughASOCKS5ProxyThatNeverAnswersEndsAtTheHandshakeTimeout(t *testing.T) {
+	greeted := make(chan struct{})
+	proxy := rawServer(t, func(nc net.Conn, br *bufio.Reader) {
+		b := make([]byte, 3)
+		io.ReadFull(br, b)
+		close(greeted)
+		io.Copy(io.Discard, br) // until the client gives up
+	})
+	_, _, err := Dial(context.Background(), "ws://rally.test/", &DialOptions{Proxy: proxyTo(t, "socks5h://"+proxy), HandshakeTimeout: 100 * time.Millisecond})
+	<-greeted
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "opening handshake took longer than 100ms") {
+		t.Fatalf("Dial error %v, want the handshake timeout", err)
 	}
 }

@@ -78,10 +78,13 @@ func NewDecompressor(windowBits int, takeover bool) *Decompressor {
 //
 // Feed only keeps chunk: it inflates nothing and never fails. The caller
 // then calls Next until it returns no piece, and must not change chunk
-// until then. Feed must not be called again before that (each chunk is
-// taken whole).
+// until then. Feed panics when called before that (each chunk is taken
+// whole, and a message ends when Next says so).
 func (d *Decompressor) Feed(chunk []byte, last bool) {
 	s := d.s
+	if d.inMsg && (s.last || !s.consumed()) {
+		panic("deflate: Feed before Next returned nil for the previous chunk")
+	}
 	if s == nil {
 		s = getStream()
 		if d.takeover {

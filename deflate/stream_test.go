@@ -331,3 +331,25 @@ func FuzzStreamingRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+func TestFeedBeforeNextHasEndedTheLastChunkPanics(t *testing.T) {
+	wire := CompressOnce(nil, sample(1, 5000), 0, 15)
+	for _, readPiece := range []bool{false, true} {
+		t.Run(fmt.Sprintf("piece read=%t", readPiece), func(t *testing.T) {
+			d := NewDecompressor(15, false)
+			d.Feed(wire, true)
+			if readPiece {
+				// The message's one piece, but not yet the nil that ends it.
+				if p, err := d.Next(); len(p) != 5000 || err != nil {
+					t.Fatalf("Next = %d bytes, %v", len(p), err)
+				}
+			}
+			defer func() {
+				if recover() == nil {
+					t.Fatal("Feed did not panic")
+				}
+			}()
+			d.Feed(wire, true)
+		})
+	}
+}
