@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # setup.sh installs the real peers the interop tests talk to, on a Debian
-# machine: npm ws and undici (npm ci in interop/node), Chromium and Python's
-# websockets, and the proxy servers (apt). It is idempotent and returns at once when everything is
-# already there: npm ci runs only when node_modules is missing or was
-# installed from another lock file, apt only when a package is missing.
+# machine: npm ws and undici (npm ci in interop/node), Chromium, Python's
+# websockets and the proxy servers the client is tested through (apt). It
+# is idempotent and returns at once when everything is already there: npm
+# ci runs only when node_modules is missing or was installed from another
+# lock file, apt only when a package is missing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
