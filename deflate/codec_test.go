@@ -255,7 +255,7 @@ func TestAZipBombIsStoppedAtTheLimitHavingSpentAboutTheLimit(t *testing.T) {
 	t.Logf("allocated %d bytes for a limit of %d", spent, limit)
 	// Growing by doubling up to the limit allocates at most twice the
 	// limit in all; a decoder created because the pool was emptied by a
-	// collection adds about 80 KiB.
+	// collection adds about 40 KiB.
 	if spent > 2*limit+128<<10 {
 		t.Fatalf("allocated %d bytes for a limit of %d", spent, limit)
 	}

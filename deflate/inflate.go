@@ -129,14 +129,12 @@ func (d *Decompressor) Next() ([]byte, error) {
 		return p, nil
 	}
 	// The message is complete. After its tail (an empty stored block)
-	// the decoder waits at a block boundary with no bits left; a message
-	// that stopped inside a block, or after a final one, leaves the next
+	// the decoder waits at a block boundary, and the next message starts
+	// at a byte boundary: bits left over are padding. A message that
+	// stopped inside a block, or after a final one, leaves the next
 	// message a new block stream.
 	d.inMsg = false
-	if s.state != stBlockHeader || s.nbits >= 8 {
-		s.restart()
-	}
-	s.in, s.last, s.tail = nil, false, false
+	s.restart()
 	if !d.takeover {
 		putStream(s)
 		d.s = nil

@@ -469,6 +469,7 @@ func (s *stream) codeLengths() (bool, error) {
 func (s *stream) codes() (bool, error) {
 	hist := &s.hist
 	wr := s.wr
+	lit, dist := s.lit, s.dist
 	for {
 		// A match cut short by the ring's end goes on first.
 		for s.copyLen > 0 {
@@ -492,10 +493,24 @@ func (s *stream) codes() (bool, error) {
 			return true, nil
 		}
 		if s.nbits < 48 {
-			s.refill()
+			if len(s.in) >= 8 {
+				// refill's fast path, written out here to be inlined.
+				s.bits |= binary.LittleEndian.Uint64(s.in) << s.nbits
+				k := (63 - s.nbits) >> 3
+				s.in = s.in[k:]
+				s.nbits += k << 3
+			} else {
+				s.refill()
+			}
 		}
 		b, nb := s.bits, s.nbits
-		sym, n := s.lit.decode(b, nb)
+		var sym int
+		var n uint
+		if e := lit.fast[b&(1<<fastBits-1)]; e != 0 && uint(e&15) <= nb {
+			sym, n = int(e>>4), uint(e&15) // decode's fast path
+		} else {
+			sym, n = lit.decode(b, nb)
+		}
 		switch {
 		case sym < 0:
 			return false, corrupt("invalid literal/length code")
@@ -524,7 +539,12 @@ func (s *stream) codes() (bool, error) {
 		}
 		length := int(lenBaseOf[sym]) + int(b&(1<<extra-1))
 		b, nb = b>>extra, nb-extra
-		dsym, n := s.dist.decode(b, nb)
+		var dsym int
+		if e := dist.fast[b&(1<<fastBits-1)]; e != 0 && uint(e&15) <= nb {
+			dsym, n = int(e>>4), uint(e&15)
+		} else {
+			dsym, n = dist.decode(b, nb)
+		}
 		switch {
 		case dsym < 0:
 			return false, corrupt("invalid distance code")
