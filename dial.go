@@ -33,8 +33,8 @@ import (
 //
 // The connection goes through the proxy (HTTP, HTTPS or SOCKS5)
 // opts.Proxy chooses (by default the one the environment names, never for
-// loopback addresses; see DialOptions.Proxy). Redirects are followed only when
-// opts.FollowRedirects is set.
+// loopback addresses; see DialOptions.Proxy). Redirects are followed only
+// when opts.FollowRedirects is set.
 //
 // The user and password of the URL, if any, are sent as Basic
 // credentials unless opts.Header has an Authorization of its own.
