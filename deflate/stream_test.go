@@ -355,3 +355,37 @@ func TestFeedBeforeNextHasEndedTheLastChunkPanics(t *testing.T) {
 		})
 	}
 }
+
+func TestEachPartOfAMessageCompressedInPartsInflatesWhenItArrives(t *testing.T) {
+	parts := [][]byte{sample(1, 3000), []byte("short"), {}, sample(2, 40000), sample(3, 10)}
+	for _, takeover := range []bool{false, true} {
+		c := NewCompressor(BestSpeed, 15, takeover)
+		d := NewDecompressor(15, takeover)
+		for round := range 3 {
+			for i, p := range parts {
+				final := i == len(parts)-1
+				// What the peer has received of the message so far comes
+				// out of the decoder as this part arrives, all of it.
+				d.Feed(c.CompressPart(nil, p, final), final)
+				var got []byte
+				for {
+					piece, err := d.Next()
+					if err != nil {
+						t.Fatalf("takeover=%t round %d part %d: %v", takeover, round, i, err)
+					}
+					if piece == nil {
+						break
+					}
+					got = append(got, piece...)
+				}
+				if !bytes.Equal(got, p) {
+					t.Fatalf("takeover=%t round %d part %d: %d bytes out, want the part's %d", takeover, round, i, len(got), len(p))
+				}
+			}
+			if round == 1 {
+				d.Idle()
+				c.Idle()
+			}
+		}
+	}
+}
