@@ -49,9 +49,10 @@ func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte, mode Compress, f
 			p = *f.zbuf
 		}
 	case fin && (op == frame.OpText || op == frame.OpBinary):
-		if c.wr.q.streaming && c.wr.streamZ && c.z.takeover {
-			// Held while a compressed message streams: compressing it now
-			// would put it inside that message's deflate stream.
+		if c.wr.q.streaming && c.z != nil && c.z.takeover {
+			// Held while a message streams: with context takeover the
+			// compressed stream's order must be the wire's, and this one
+			// leaves after a message not compressed yet.
 			mode = CompressNever
 		}
 		if c.z.wantsCompression(len(p), mode) {

@@ -81,7 +81,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	g := currentG()
 	c.wr.mu.Lock()
 	q := &c.wr.q
-	if err := c.closedLocked(false); err != nil {
+	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		return Dropped, err
 	}

@@ -96,7 +96,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 		defer c.releaseWriteSlot()
 		c.wr.mu.Lock()
 	}
-	if err := c.closedLocked(ln == laneFragment); err != nil {
+	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		return err
 	}
@@ -132,14 +132,12 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	return c.waitFlushed(ctx, seq)
 }
 
-// closedLocked returns why nothing more may be sent, or nil. A fragment of
-// a message being streamed may still go after Close was called: its close
-// frame waits for the message's end.
-func (c *Conn) closedLocked(fragment bool) error {
+// closedLocked returns why nothing more may be sent, or nil.
+func (c *Conn) closedLocked() error {
 	if c.wr.err != nil {
 		return c.wr.err
 	}
-	if c.wr.q.closed && !(fragment && c.wr.q.streaming) {
+	if c.wr.q.closed {
 		return ErrClosed
 	}
 	return nil
