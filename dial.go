@@ -127,6 +127,15 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	if err != nil {
 		return nil, nil, fail(err)
 	}
+	if opts.HTTP2 == HTTP2Require && proxy != nil {
+		return nil, nil, fail(errors.New("WebSockets over HTTP/2 through a proxy are not supported"))
+	}
+	if opts.HTTP2 != HTTP2Never && proxy == nil {
+		c, resp, err := dialH2(ctx, u, secure, header, offer, zopts, opts)
+		if err != errFallback {
+			return c, resp, err
+		}
+	}
 	// ctxErr prefers the reason the context ended over the I/O error it
 	// caused (a dial canceled, a read past a deadline).
 	ctxErr := func(err error) error {
