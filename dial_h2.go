@@ -86,7 +86,7 @@ var (
 func h2PoolFor(opts *DialOptions) (*h2Pool, error) {
 	t := opts.HTTP2Transport
 	if t == nil {
-		v, _ := h2Transports.LoadOrStore(opts.TLSConfig, &http.Transport{ForceAttemptHTTP2: true})
+		v, _ := h2Transports.LoadOrStore(opts.TLSConfig, &http.Transport{ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second})
 		t = v.(*http.Transport)
 	}
 	if v, ok := h2Pools.Load(t); ok {

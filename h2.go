@@ -452,3 +452,13 @@ func isClosed(ch chan struct{}) bool {
 		return false
 	}
 }
+
+// HTTP2 reports whether c is a stream of an HTTP/2 connection (RFC 8441)
+// rather than a connection of its own.
+func (c *Conn) HTTP2() bool {
+	switch c.nc.(type) {
+	case *h2Stream, *h2ClientStream:
+		return true
+	}
+	return false
+}

@@ -61,6 +61,10 @@ type Config struct {
 	APIKey string
 	// InsecureNoAuth allows a non-loopback Addr without TokenSecret.
 	InsecureNoAuth bool
+	// H2C serves HTTP/2 without TLS (prior knowledge) besides HTTP/1.1,
+	// so that WebSockets over HTTP/2 (RFC 8441) work without TLS too.
+	// Over TLS, HTTP/2 is always offered.
+	H2C bool
 	// Origins lists the other hosts (path.Match patterns, e.g.
 	// "*.example.com", "localhost:*") whose pages may open /ws; pages of
 	// the server's own host always may, and non-browser clients send no
@@ -113,6 +117,7 @@ type Server struct {
 	ws     *rally.Server
 	hub    *pubsub.Hub
 	m      *metrics
+	h2m    h2Metrics
 	secret []byte
 	rate   *rateLimiter
 	heads  headWatch
@@ -174,7 +179,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embedded}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, h2m: newH2Metrics(m.reg), embeddedNATS: embedded}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -238,6 +243,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.mux.Handle("GET /echo", s.limit(s.echo))
 	s.mux.Handle("GET /ws", s.limit(s.ws))
+	// WebSockets over HTTP/2 arrive as CONNECT (RFC 8441).
+	s.mux.Handle("CONNECT /echo", s.limit(s.echo))
+	s.mux.Handle("CONNECT /ws", s.limit(s.ws))
 	s.mux.HandleFunc("POST /publish/{topic}", s.publish)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -311,6 +319,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ConnState:         s.heads.track(s.cfg.HeaderReadTimeout, s.m),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.configureHTTP2(hs)
 	errc := make(chan error, 1)
 	go func() {
 		if s.cfg.TLSCert != "" {

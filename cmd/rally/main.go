@@ -39,6 +39,9 @@ Run 'rally COMMAND --help' for the flags of a command.
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		enableHTTP2WebSockets()
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -80,6 +83,7 @@ var serveGroups = []struct {
 		{"addr", "RALLY_ADDR", "HOST:PORT"},
 		{"tls-cert", "RALLY_TLS_CERT", "FILE"},
 		{"tls-key", "RALLY_TLS_KEY", "FILE"},
+		{"h2c", "RALLY_H2C", ""},
 	}},
 	{"Auth (secure by default: without a token secret, only loopback addresses are served)", []serveFlag{
 		{"token-secret", "RALLY_TOKEN_SECRET", "SECRET"},
@@ -160,6 +164,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM) to serve HTTPS and wss:// with; needs --tls-key")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	fs.BoolVar(&cfg.H2C, "h2c", false, "serve HTTP/2 without TLS too (WebSockets over HTTP/2, RFC 8441, by prior\nknowledge); over TLS, HTTP/2 is always offered")
 	fs.StringVar(&cfg.TokenSecret, "token-secret", "", "HMAC key (32 bytes or more) of the JWTs /ws and /echo clients must present\nin ?token= or an Authorization: Bearer header (claims: subscribe, publish, exp)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "the Bearer credential POST /publish needs (with a token secret and no key,\nthe publish API is closed)")
 	fs.Var(&origins, "origins", "other hosts whose pages may open /ws, comma-separated (\"*.example.com,localhost:*\");\nthe server's own host always may")
