@@ -304,6 +304,7 @@ func isNoExtendedConnect(err error) bool {
 func (q *h2Request) roundTrip(ctx context.Context, rt http.RoundTripper, opts *DialOptions) (*Conn, *http.Response, error) {
 	fail := func(err error) error { return fmt.Errorf("rally: dial %s: %w", q.where, err) }
 	pr, pw := io.Pipe()
+	body := &requestBody{r: pr, sent: make(chan struct{})}
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	var local, remote net.Addr
@@ -319,7 +320,7 @@ func (q *h2Request) roundTrip(ctx context.Context, rt http.RoundTripper, opts *D
 		URL:    &url.URL{Scheme: q.scheme, Host: q.u.Host, Path: path, RawPath: q.u.RawPath, RawQuery: q.u.RawQuery},
 		Proto:  "HTTP/2.0", ProtoMajor: 2,
 		Header: q.header,
-		Body:   pr,
+		Body:   body,
 		Host:   q.host,
 	}
 	req = req.WithContext(httptrace.WithClientTrace(streamCtx, trace))
@@ -374,7 +375,7 @@ func (q *h2Request) roundTrip(ctx context.Context, rt http.RoundTripper, opts *D
 	if local == nil {
 		local, remote = &net.TCPAddr{}, &net.TCPAddr{}
 	}
-	s := &h2ClientStream{pw: pw, body: resp.Body, cancel: cancel, local: local, remote: remote}
+	s := &h2ClientStream{pw: pw, sent: body.sent, body: resp.Body, cancel: cancel, local: local, remote: remote}
 	s.r.start(resp.Body)
 	s.wdl.onExpire = s.writeDeadlinePassed
 	c := startConn(s, nil, false, subprotocol, &opts.ConnOptions)
@@ -384,15 +385,45 @@ func (q *h2Request) roundTrip(ctx context.Context, rt http.RoundTripper, opts *D
 	return c, resp, nil
 }
 
+// requestBody is the request body net/http's HTTP/2 client reads; sent
+// is closed once it has read to the end (or closed it), so every byte
+// written before has gone out in DATA frames.
+type requestBody struct {
+	r    *io.PipeReader
+	sent chan struct{}
+	once sync.Once
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil {
+		b.once.Do(func() { close(b.sent) })
+	}
+	return n, err
+}
+
+func (b *requestBody) Close() error {
+	b.once.Do(func() { close(b.sent) })
+	return b.r.Close()
+}
+
+// h2CloseWait bounds how long Close lets bytes already written leave
+// before the stream is released, when the peer's flow-control window
+// holds them back.
+const h2CloseWait = DefaultCloseTimeout
+
 // h2ClientStream is the client's side of an HTTP/2 stream as a net.Conn:
 // Read takes the response body's DATA, Write feeds the request body, whose
 // bytes net/http's HTTP/2 client sends as DATA frames. Close ends the
-// client's side with END_STREAM and releases the stream; if the server
-// has not ended its side by then, the stream is reset (RST_STREAM
-// CANCEL), as TCP resets a connection closed with data unread.
+// client's side with END_STREAM once what was written has been sent (as
+// TCP sends what the kernel holds before its FIN), then releases the
+// stream; if the server has not ended its side by then, the stream is
+// reset (RST_STREAM CANCEL), as TCP resets a connection closed with data
+// unread.
 type h2ClientStream struct {
 	r             streamReader
 	pw            *io.PipeWriter
+	sent          chan struct{}
 	body          io.Closer
 	cancel        context.CancelFunc
 	local, remote net.Addr
@@ -433,9 +464,25 @@ func (s *h2ClientStream) Close() error {
 	s.once.Do(func() {
 		s.r.close()
 		s.pw.Close()
-		s.body.Close()
-		s.cancel()
 		s.wdl.stop()
+		release := func() {
+			s.body.Close()
+			s.cancel()
+		}
+		select {
+		case <-s.sent:
+			release()
+		default:
+			go func() {
+				t := time.NewTimer(h2CloseWait)
+				defer t.Stop()
+				select {
+				case <-s.sent:
+				case <-t.C:
+				}
+				release()
+			}()
+		}
 	})
 	return nil
 }
