@@ -39,6 +39,10 @@ import (
 // The user and password of the URL, if any, are sent as Basic
 // credentials unless opts.Header has an Authorization of its own.
 //
+// With opts.HTTP2 set, the WebSocket may be a stream of an HTTP/2
+// connection (RFC 8441) that other Dials share; the response is then the
+// server's 200 (see DialOptions.HTTP2 and HTTP2Mode).
+//
 // It returns the open connection and the server's 101 response (Body
 // empty). When the server, or the proxy, answered but the handshake
 // failed, it returns the response (status, headers and a Body holding at
