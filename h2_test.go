@@ -288,7 +288,23 @@ type rawStream struct {
 	resp   *http.Response
 	w      *io.PipeWriter
 	cancel context.CancelFunc
-	tr     *http.Transport
+	rt     http.RoundTripper
+	url    string
+}
+
+// another opens a good WebSocket stream on the same HTTP/2 connection.
+func (rs *rawStream) another(t *testing.T) *http.Response {
+	t.Helper()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	req, _ := http.NewRequest("CONNECT", rs.url, pr)
+	req.Header = http.Header{":protocol": {"websocket"}, "Sec-Websocket-Version": {"13"}}
+	resp, err := rs.rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
 }
 
 func openRawStream(t *testing.T, s *h2Server, ca *testCA, method string, h http.Header) *rawStream {
@@ -313,7 +329,7 @@ func openRawStream(t *testing.T, s *h2Server, ca *testCA, method string, h http.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	return &rawStream{resp: resp, w: pw, cancel: cancel, tr: tr}
+	return &rawStream{resp: resp, w: pw, cancel: cancel, rt: rt, url: s.URL + "/ws"}
 }
 
 // maskedZeroKey builds a client frame masked with the key 0 (so the
@@ -351,6 +367,14 @@ func TestHTTP2RefusesBadRequestsWithTheStatusHTTP1Uses(t *testing.T) {
 				if got := rs.resp.Header.Get(name); got != value {
 					t.Fatalf("%s: %q, want %q", name, got, value)
 				}
+			}
+			if rs.resp.Header.Get("Connection") != "" {
+				t.Fatal("a refusal over HTTP/2 carries a Connection header")
+			}
+			// Refusing one stream leaves the connection to the others
+			// (a Connection: close would have made net/http send GOAWAY).
+			if resp := rs.another(t); resp.StatusCode != 200 {
+				t.Fatalf("the next WebSocket on the connection got %d", resp.StatusCode)
 			}
 		})
 	}
@@ -666,4 +690,26 @@ func TestHTTP2OffIsReportedNeverSilent(t *testing.T) {
 		t.Fatalf("prefer: answered %d, want 101 over HTTP/1.1", resp.StatusCode)
 	}
 	c.Close(rally.CloseNormal, "")
+}
+
+// Limits hold over HTTP/2 as over HTTP/1.1: a message past ReadLimit
+// closes the connection with 1009.
+func TestHTTP2MessagePastReadLimitClosesWith1009(t *testing.T) {
+	requireH2(t)
+	ca := newTestCA(t)
+	e := newH2EchoServer(&rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: 100}})
+	s := startH2Server(t, e, ca)
+	c, _ := h2Dial(t, s.ws, ca, nil)
+	ctx := ctxT(t)
+	if err := c.Write(ctx, rally.Binary, make([]byte, 101)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := c.Read(ctx)
+	var ce *rally.CloseError
+	if !errors.As(err, &ce) || ce.Code != rally.CloseTooBig {
+		t.Fatalf("client read %v, want 1009", err)
+	}
+	if got := <-e.closed; got.Code != rally.CloseTooBig {
+		t.Fatalf("server ended with %v", got)
+	}
 }
