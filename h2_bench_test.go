@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/rallyws/rally"
@@ -86,6 +87,85 @@ func BenchmarkHTTP2Connect1000(b *testing.B) {
 				}
 				tr.CloseIdleConnections()
 				b.StartTimer()
+			}
+		})
+	}
+}
+
+// Chat: 16 members, one of them sends 16 B, the server sends it to every
+// member (each member's client reads it). Over HTTP/2 the 16 members are
+// 16 streams of one connection.
+//
+//	go test -run '^$' -bench 'HTTP2Chat' -benchtime 2000x .
+func BenchmarkHTTP2Chat16B(b *testing.B) {
+	const members = 16
+	ca := newTestCA(b)
+	for _, tc := range []struct {
+		name  string
+		tls   bool
+		http2 rally.HTTP2Mode
+	}{
+		{"http1.1+tls", true, rally.HTTP2Never},
+		{"h2", true, rally.HTTP2Require},
+		{"http1.1", false, rally.HTTP2Never},
+		{"h2c", false, rally.HTTP2Require},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var mu sync.Mutex
+			room := map[*rally.Conn]bool{}
+			joined := make(chan struct{}, members)
+			chat := &rally.Server{
+				Open: func(c *rally.Conn) {
+					mu.Lock()
+					room[c] = true
+					mu.Unlock()
+					joined <- struct{}{}
+				},
+				Message: func(_ *rally.Conn, typ rally.MessageType, p []byte) {
+					mu.Lock()
+					defer mu.Unlock()
+					for m := range room {
+						m.Send(typ, p)
+					}
+				},
+			}
+			var srvCA *testCA
+			if tc.tls {
+				srvCA = ca
+			}
+			srv := startH2Server(b, chat, srvCA)
+			tr := &http.Transport{ForceAttemptHTTP2: true}
+			defer tr.CloseIdleConnections()
+			ctx := context.Background()
+			conns := make([]*rally.Conn, members)
+			for i := range conns {
+				c, _, err := rally.Dial(ctx, srv.ws, &rally.DialOptions{HTTP2: tc.http2, HTTP2Transport: tr, TLSConfig: ca.clientConfig()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.CloseNow()
+				conns[i] = c
+			}
+			for range members {
+				<-joined
+			}
+			msg := bytes.Repeat([]byte{'x'}, 16)
+			bufs := make([][]byte, members)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := conns[0].Write(ctx, rally.Text, msg); err != nil {
+					b.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for i, c := range conns {
+					wg.Go(func() {
+						var err error
+						if _, bufs[i], err = c.ReadAppend(ctx, bufs[i][:0]); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
 			}
 		})
 	}
