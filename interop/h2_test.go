@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/server"
 )
 
 // WebSockets over HTTP/2 (RFC 8441) against Node's own http2 module
@@ -292,6 +295,69 @@ func TestRallyClientTalksToNodeHTTP2Server(t *testing.T) {
 			}
 			if sessions != 1 || streams != n {
 				t.Fatalf("%d sessions and %d streams for %d WebSockets, want 1 and %d", sessions, streams, n, n)
+			}
+		})
+	}
+}
+
+// Node's http2 client opens 1,000 WebSockets at once over one session to
+// the server behind `rally serve` (its /echo, which allows 1,000 streams
+// per connection), over h2 (TLS listener) and h2c (--h2c); /metrics counts
+// them under their protocol.
+func TestNodeHTTP2ClientTalksToRallyServe(t *testing.T) {
+	nodePath(t)
+	const n = 1000
+	for _, secure := range []bool{true, false} {
+		name := map[bool]string{true: "h2", false: "h2c"}[secure]
+		t.Run(name, func(t *testing.T) {
+			cfg := server.Config{ShutdownTimeout: 2 * time.Second, HandshakeRate: -1, Logger: slog.New(slog.DiscardHandler)}
+			scheme := "http"
+			var ca *h2CA
+			if secure {
+				ca = newH2CA(t)
+				cfg.TLSCert, cfg.TLSKey = ca.certFile, ca.keyFile
+				scheme = "https"
+			} else {
+				cfg.H2C = true
+			}
+			srv, err := server.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ctx, ln) }()
+			defer func() {
+				cancel()
+				<-served
+			}()
+			base := scheme + "://" + ln.Addr().String()
+			args := []string{"client", base + "/echo", fmt.Sprint(n)}
+			if secure {
+				args = append(args, "--ca", ca.caFile)
+			}
+			events := startH2Peer(t, args...)
+			if e := next(t, events); e.Ev != "done" || e.OK != n {
+				t.Fatalf("node client: %+v", e)
+			}
+			tr := &http.Transport{ForceAttemptHTTP2: true}
+			if secure {
+				tr.TLSClientConfig = &tls.Config{RootCAs: ca.pool}
+			}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr}).Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := fmt.Sprintf(`rally_connections_by_protocol_total{protocol=%q} %d`, name, n)
+			if !strings.Contains(string(body), want) {
+				t.Fatalf("/metrics lacks %s", want)
 			}
 		})
 	}
