@@ -338,9 +338,6 @@ func (q *h2Request) roundTrip(ctx context.Context, rt http.RoundTripper, opts *D
 		if ctx.Err() != nil {
 			return nil, nil, fail(context.Cause(ctx))
 		}
-		if isNoCachedConn(err) || isNoExtendedConnect(err) {
-			return nil, nil, err
-		}
 		return nil, nil, fail(err)
 	}
 	if resp.StatusCode != http.StatusOK {

@@ -285,11 +285,10 @@ func TestHTTP2NegotiatesSubprotocolAndCompressionAsHTTP1Does(t *testing.T) {
 // client directly, as a peer that is not rally: the test writes the
 // WebSocket bytes itself and reads the server's.
 type rawStream struct {
-	resp   *http.Response
-	w      *io.PipeWriter
-	cancel context.CancelFunc
-	rt     http.RoundTripper
-	url    string
+	resp *http.Response
+	w    *io.PipeWriter
+	rt   http.RoundTripper
+	url  string
 }
 
 // another opens a good WebSocket stream on the same HTTP/2 connection.
@@ -329,7 +328,7 @@ func openRawStream(t *testing.T, s *h2Server, ca *testCA, method string, h http.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	return &rawStream{resp: resp, w: pw, cancel: cancel, rt: rt, url: s.URL + "/ws"}
+	return &rawStream{resp: resp, w: pw, rt: rt, url: s.URL + "/ws"}
 }
 
 // maskedZeroKey builds a client frame masked with the key 0 (so the
