@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,18 +22,8 @@ import (
 
 // The tests of this file each reproduce one way the write side broke its
 // contract (issue #12), through the public API and on the wire, as a user
-// would meet it. Those that fail on the engine they were written against
-// are marked with knownBroken until the engine keeps the promise.
-
-// knownBroken skips a test of a promise the engine does not keep yet,
-// unless RALLY_KNOWN_BROKEN=1 asks to run it (to see it fail, or to check a
-// fix): the build stays green while the test waits for the fix it proves.
-func knownBroken(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("RALLY_KNOWN_BROKEN") != "1" {
-		t.Skip("known broken, " + why + " (RALLY_KNOWN_BROKEN=1 runs it)")
-	}
-}
+// would meet it. Each failed on the engine before the send queue, the
+// transport seam and the callback invoker.
 
 // quietWait is how long a test lets pass to see that something that must
 // not happen does not: a Write that must stay blocked while the peer does
@@ -107,7 +96,6 @@ func readData(t *testing.T, p *rawpeer.Peer, what string, op byte, fin bool, wan
 }
 
 func TestWriteReturnsOnlyAfterItsFrameLeftWhenAPongOvertakesIt(t *testing.T) {
-	knownBroken(t, "#12: a pong put ahead of a queued Write moves the completion watermark past the Write's frame")
 	const queued, big = 1 << 20, 8 << 20
 	for _, streamed := range []bool{false, true} {
 		name := "Write"
@@ -183,8 +171,10 @@ func TestWriteReturnsOnlyAfterItsFrameLeftWhenAPongOvertakesIt(t *testing.T) {
 	}
 }
 
+// A Close while a Writer streams is held behind the message and the sends
+// held meanwhile: the peer reads the message, then "held", then the close
+// frame, and nothing after it; the held Send's completion reports nil.
 func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
-	knownBroken(t, "#12: a Send held while a Writer streams is released after the close frame by Writer.Close")
 	c, p := acceptConn(t, nil)
 	ctx := ctxT(t)
 	w, err := c.Writer(ctx, rally.Text)
@@ -197,11 +187,22 @@ func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
 	}
 	completed := make(chan error, 1)
 	st, err := c.SendDone(rally.Text, []byte("held"), func(err error) { completed <- err })
+	if st != rally.Queued || err != nil {
+		t.Fatalf("SendDone during the stream = %v, %v; want queued", st, err)
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close(rally.CloseNormal, "bye") }()
 	readData(t, p, "the Writer's fragment", rawpeer.OpText, false, part)
+	waitUntil(t, "Close to be accepted", func() bool {
+		_, err := c.Send(rally.Text, []byte("late"))
+		return errors.Is(err, rally.ErrClosed)
+	})
+	if err := w.Close(); err != nil {
+		t.Fatalf("Writer.Close after Close: %v", err)
+	}
+	readData(t, p, "the Writer's last fragment", rawpeer.OpContinuation, true, []byte{})
+	readData(t, p, "the held Send", rawpeer.OpText, true, []byte("held"))
 	p.ExpectClose(t, rally.CloseNormal)
-	w.Close()
 	if err := p.WriteFrame(rawpeer.Close(rally.CloseNormal, "")); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
 			}
 			break
 		}
-		t.Errorf("after the close frame the peer read %s (the Send returned %v, %v)", describe(f), st, err)
+		t.Errorf("after the close frame the peer read %s", describe(f))
 	}
 	select {
 	case err := <-closed:
@@ -223,21 +224,20 @@ func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
 	case <-time.After(wireTimeout):
 		t.Fatal("Close did not return")
 	}
-	if st == rally.Dropped {
-		return
-	}
 	select {
 	case err := <-completed:
-		if err == nil {
-			t.Errorf("SendDone's completion reported nil for %q, which never left before the close frame", "held")
+		if err != nil {
+			t.Errorf("SendDone's completion reported %v for a message the peer read", err)
 		}
 	case <-time.After(wireTimeout):
-		t.Errorf("SendDone returned %v but its completion was never called", st)
+		t.Error("SendDone's completion was never called")
 	}
 }
 
+// A Write compressed with context takeover can never be taken back (the
+// compressor's history holds it): cancelling it fails the connection. The
+// peer never gets a message that inflates to something else.
 func TestCancelledWriteDoesNotCorruptContextTakeover(t *testing.T) {
-	knownBroken(t, "#12: a Write cancelled in the queue is withdrawn after the compressor's history took it")
 	c, p := acceptStalled(t, &rally.AcceptOptions{
 		Compression: &rally.CompressionOptions{},
 		ConnOptions: rally.ConnOptions{BufferLimit: -1},
@@ -275,8 +275,20 @@ func TestCancelledWriteDoesNotCorruptContextTakeover(t *testing.T) {
 		}
 		return f, out, true
 	}
-	if _, out, ok := next("the first message"); !ok || !bytes.Equal(out, fill) {
-		t.Fatalf("the first message did not arrive whole")
+	if errA != nil && !errors.Is(errA, context.Canceled) {
+		t.Fatalf("Write with a cancelled context: %v, want an error wrapping context.Canceled", errA)
+	}
+	failed := errA != nil && strings.Contains(errA.Error(), "connection closed")
+	if !failed {
+		t.Fatalf("a cancelled Write compressed with context takeover returned %v; want the connection failed (it cannot be taken back)", errA)
+	}
+	if stB != rally.Dropped || !errors.Is(errB, rally.ErrClosed) {
+		t.Fatalf("Send after the failed connection = %v, %v; want dropped, ErrClosed", stB, errB)
+	}
+	// What the peer still reads (part of the 512 KiB message at most) is
+	// never a message inflating to something else.
+	if _, out, ok := next("the first message"); ok && !bytes.Equal(out, fill) {
+		t.Fatalf("the first message arrived changed")
 	}
 	_, out, ok := next("the message after the first")
 	if ok && errA == nil && !bytes.Equal(out, a) {
@@ -297,7 +309,6 @@ func TestCancelledWriteDoesNotCorruptContextTakeover(t *testing.T) {
 }
 
 func TestAutomaticCorkDoesNotCountAgainstBufferLimit(t *testing.T) {
-	knownBroken(t, "#12: sends gathered by the Server's automatic cork count against BufferLimit")
 	const size = 700_000
 	statuses := make(chan string, 1)
 	s := &rally.Server{
@@ -336,7 +347,6 @@ func TestAutomaticCorkDoesNotCountAgainstBufferLimit(t *testing.T) {
 }
 
 func TestCorkHoldsOnlyTheCallbacksOwnSends(t *testing.T) {
-	knownBroken(t, "#12: a Send from another goroutine waits for the end of a Server callback's cork")
 	release := make(chan struct{})
 	defer close(release)
 	inCallback := make(chan *rally.Conn, 1)
@@ -368,7 +378,6 @@ func TestCorkHoldsOnlyTheCallbacksOwnSends(t *testing.T) {
 }
 
 func TestCloseFromPingHookOfReadDrivenConnReturnsPromptly(t *testing.T) {
-	knownBroken(t, "#12: Close from an OnPing/OnPong hook waits for its own reader until CloseTimeout and reports 1006")
 	for _, hook := range []string{"OnPing", "OnPong"} {
 		t.Run(hook, func(t *testing.T) {
 			closed := make(chan error, 1)
@@ -404,7 +413,6 @@ func TestCloseFromPingHookOfReadDrivenConnReturnsPromptly(t *testing.T) {
 }
 
 func TestSendDoneReportsAFailureOnce(t *testing.T) {
-	knownBroken(t, "#12: after a reset SendDone returns the error and also calls its completion with it")
 	c, p := acceptConn(t, nil)
 	tc, ok := p.NetConn().(*net.TCPConn)
 	if !ok {
@@ -443,7 +451,6 @@ func TestSendDoneReportsAFailureOnce(t *testing.T) {
 }
 
 func TestFramesHeldDuringWriterCountInBufferedAmountAndLimit(t *testing.T) {
-	knownBroken(t, "#12: Sends held while a Writer streams escape BufferLimit, BufferedAmount and OnDrain")
 	drains := newDrainCounter()
 	c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: 1 << 20, OnDrain: drains.onDrain}})
 	w, err := c.Writer(ctxT(t), rally.Binary)
@@ -488,7 +495,6 @@ func TestFramesHeldDuringWriterCountInBufferedAmountAndLimit(t *testing.T) {
 }
 
 func TestPanicInOnDrainSendDoneOnCloseIsRecovered(t *testing.T) {
-	knownBroken(t, "#12: a panic in OnDrain (non-Server Conn), a SendDone completion or OnClose is not recovered")
 	// Queued sends to a peer that reads only once they are queued, so that
 	// the callback runs where rally runs it (the flusher).
 	queue := func(t *testing.T, c *rally.Conn, done func(error)) {
@@ -552,15 +558,18 @@ func TestPanicInOnDrainSendDoneOnCloseIsRecovered(t *testing.T) {
 	})
 }
 
+// Over TLS served through rally.NewTLSListener (rally's own socket beneath
+// crypto/tls), sends keep contract 6.
 func TestTLSSendsReportSentWhenKernelTakesThem(t *testing.T) {
-	knownBroken(t, "#12: over TLS every Send reports Queued and fires OnDrain")
 	conns := make(chan *rally.Conn, 1)
 	drains := newDrainCounter()
-	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, err := rally.Accept(w, r, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{OnDrain: drains.onDrain}}); err == nil {
 			conns <- c
 		}
 	}))
+	ts.Listener = rally.NewTLSListener(ts.Listener, tlsServerConfig(t))
+	ts.Start()
 	t.Cleanup(ts.Close)
 	p := dialTLSPeer(t, ts.Listener.Addr().String())
 	var c *rally.Conn
@@ -651,14 +660,12 @@ func TestTenPingsInOneBatchGetTenPongs(t *testing.T) {
 		tenPings(t, p)
 	})
 	t.Run("Server", func(t *testing.T) {
-		knownBroken(t, "#12: under the Server's cork a pong replaces the unsent one of the same batch")
 		p := dialPeer(t, serve(t, &rally.Server{}))
 		tenPings(t, p)
 	})
 }
 
 func TestSendDoneCompletionMayCallWriteOrClose(t *testing.T) {
-	knownBroken(t, "#12: a SendDone completion run by the flusher waits on the flusher")
 	t.Run("Write", func(t *testing.T) {
 		c, p := acceptStalled(t, nil, nil)
 		wrote := make(chan error, 1)

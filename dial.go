@@ -31,10 +31,10 @@ import (
 // affect the open connection. On a timeout the error wraps
 // context.DeadlineExceeded.
 //
-// The connection goes through the HTTP proxy opts.Proxy chooses (by
-// default the one the environment names, never for loopback addresses;
-// see DialOptions.Proxy). Redirects are followed only when
-// opts.FollowRedirects is set.
+// The connection goes through the proxy (HTTP, HTTPS or SOCKS5)
+// opts.Proxy chooses (by default the one the environment names, never for
+// loopback addresses; see DialOptions.Proxy). Redirects are followed only
+// when opts.FollowRedirects is set.
 //
 // The user and password of the URL, if any, are sent as Basic
 // credentials unless opts.Header has an Authorization of its own.
@@ -181,7 +181,7 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	nc := raw
 	if proxy != nil {
 		var resp *http.Response
-		nc, resp, err = openTunnel(raw, proxy, addr)
+		nc, resp, err = throughProxy(ctx, raw, proxy, addr, opts.TLSConfig)
 		if err != nil {
 			abort()
 			if resp != nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"math/big"
 	"net"
@@ -600,6 +601,7 @@ func TestHTTP2PreferFallsBackToHTTP1WhenTLSDoesNotOfferH2(t *testing.T) {
 	e := newH2EchoServer(nil)
 	ts := httptest.NewUnstartedServer(e)
 	ts.TLS = &tls.Config{Certificates: []tls.Certificate{ca.server}, NextProtos: []string{"http/1.1"}}
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused ALPN is the point
 	ts.StartTLS()
 	defer ts.Close()
 	url := "wss" + strings.TrimPrefix(ts.URL, "https")

@@ -166,3 +166,22 @@ func (c *Conn) closeWithCode(code uint16, reason string) {
 		c.sendClose(payload)
 	}
 }
+
+// checkMessage validates a message's arguments at the call (nothing
+// invalid reaches the queue): its type, and its text when the connection
+// validates on send.
+func (c *Conn) checkMessage(typ MessageType, p []byte) error {
+	if !typ.valid() {
+		return errWriteType
+	}
+	if typ == Text && c.opts.ValidateUTF8OnSend {
+		var v frame.UTF8
+		if i := v.Feed(p); i >= 0 {
+			return &InvalidUTF8Error{Offset: i}
+		}
+		if !v.Complete() {
+			return &InvalidUTF8Error{Offset: len(p)}
+		}
+	}
+	return nil
+}

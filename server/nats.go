@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -47,6 +48,9 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 	stop = func() {}
 	addr := n.URL
 	if n.Embedded != "" {
+		if err := portFree(n.Embedded, n.Cluster); err != nil {
+			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
+		}
 		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster)
 		if err != nil {
 			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
@@ -115,4 +119,21 @@ func redactURL(list string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// portFree says at once when an address the embedded NATS server is to
+// listen on is taken, which the server itself would only show by never
+// becoming ready.
+func portFree(addrs ...string) error {
+	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return err
+		}
+		ln.Close()
+	}
+	return nil
 }

@@ -124,15 +124,17 @@ func TestServeAcceptsWebSocketsOverHTTP2StartedWithoutGODEBUG(t *testing.T) {
 				cmd.Process.Signal(syscall.SIGTERM)
 				cmd.Wait()
 			}()
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil {
-				t.Fatalf("reading the banner: %v", err)
+			// The banner's demo line has the scheme and the address.
+			banner := bufio.NewReader(stdout)
+			var m []string
+			for m == nil {
+				line, err := banner.ReadString('\n')
+				if err != nil {
+					t.Fatalf("reading the banner: %v", err)
+				}
+				m = regexp.MustCompile(`demo: +(https?)://(\S+)/`).FindStringSubmatch(line)
 			}
-			go io.Copy(io.Discard, stdout)
-			m := regexp.MustCompile(`listening on (https?)://(\S+)`).FindStringSubmatch(line)
-			if m == nil {
-				t.Fatalf("banner %q", line)
-			}
+			go io.Copy(io.Discard, banner)
 			ws := "ws"
 			if m[1] == "https" {
 				ws = "wss"
