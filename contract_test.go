@@ -216,6 +216,7 @@ func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
 		}
 		t.Errorf("after the close frame the peer read %s", describe(f))
 	}
+	p.NetConn().Close() // the server closed first; the client closes now (RFC 6455 7.1.1)
 	select {
 	case err := <-closed:
 		if err != nil {
