@@ -39,6 +39,10 @@ import (
 // The user and password of the URL, if any, are sent as Basic
 // credentials unless opts.Header has an Authorization of its own.
 //
+// With opts.HTTP2 set, the WebSocket may be a stream of an HTTP/2
+// connection (RFC 8441) that other Dials share; the response is then the
+// server's 200 (see DialOptions.HTTP2 and HTTP2Mode).
+//
 // It returns the open connection and the server's 101 response (Body
 // empty). When the server, or the proxy, answered but the handshake
 // failed, it returns the response (status, headers and a Body holding at
@@ -129,6 +133,15 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	proxy, err := proxyFor(opts, u, secure)
 	if err != nil {
 		return nil, nil, fail(err)
+	}
+	if opts.HTTP2 == HTTP2Require && proxy != nil {
+		return nil, nil, fail(errors.New("WebSockets over HTTP/2 through a proxy are not supported"))
+	}
+	if opts.HTTP2 != HTTP2Never && proxy == nil {
+		c, resp, err := dialH2(ctx, u, secure, header, offer, zopts, opts)
+		if err != errFallback {
+			return c, resp, err
+		}
 	}
 	// ctxErr prefers the reason the context ended over the I/O error it
 	// caused (a dial canceled, a read past a deadline).

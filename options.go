@@ -245,6 +245,24 @@ type DialOptions struct {
 	// chain. Off by default: a redirect is a failed handshake whose
 	// response is returned.
 	FollowRedirects bool
+
+	// HTTP2 says whether the WebSocket may be a stream of an HTTP/2
+	// connection (RFC 8441) shared with other WebSockets and requests to
+	// the same origin: HTTP2Never (the default), HTTP2Prefer or
+	// HTTP2Require. wss:// negotiates h2 with TLS; ws:// speaks HTTP/2
+	// without TLS (h2c) by prior knowledge.
+	HTTP2 HTTP2Mode
+
+	// HTTP2Transport, when set, holds the HTTP/2 connections of Dials
+	// with HTTP2 set: Dials with the same transport share one connection
+	// per origin (more once the server's stream limit is reached), and
+	// share it with the transport's own HTTP/2 requests. Its DialContext
+	// and TLSClientConfig are used unless NetDialContext and TLSConfig
+	// are set. nil means a transport rally keeps per TLSConfig (one for
+	// all Dials with a nil TLSConfig). rally keeps a small record per
+	// transport (and per TLSConfig) for the life of the program: reuse
+	// them rather than making one per Dial.
+	HTTP2Transport *http.Transport
 }
 
 // DefaultBufferLimit is how many bytes may wait in a connection's send

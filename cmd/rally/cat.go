@@ -89,6 +89,7 @@ type catConfig struct {
 	proxy        *url.URL
 	listen       string
 	compress     bool
+	http2        http2Flag
 }
 
 // cat runs rally cat with args (after "cat") and returns its exit status.
@@ -124,6 +125,7 @@ func parseCat(args []string, stdout, stderr io.Writer) (*catConfig, int) {
 	fs.StringVar(&proxy, "proxy", "", "connect through the proxy at `URL` (http, https, socks5 or socks5h://[user:password@]host:port)")
 	fs.BoolVar(&cfg.compress, "compress", false, "offer (with --listen: accept) permessage-deflate compression")
 	fs.StringVar(&cfg.listen, "listen", "", "be a server listening on `ADDR` (host:port) instead of a client")
+	fs.Var(&cfg.http2, "http2", "open the WebSocket as a stream of an HTTP/2 connection (RFC 8441); ws:// URLs\nuse HTTP/2 without TLS; =prefer falls back to HTTP/1.1")
 
 	urls, err := cli.Parse(fs, args)
 	if err == nil {
@@ -204,7 +206,7 @@ func (cfg *catConfig) messageType() rally.MessageType {
 
 // catDial is rally cat as a client.
 func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stderr io.Writer) int {
-	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols}
+	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols, HTTP2: rally.HTTP2Mode(cfg.http2)}
 	// Like wscat, rally cat offers no compression unless asked.
 	opts.Compression = &rally.CompressionOptions{Disabled: !cfg.compress}
 	if cfg.insecure {
