@@ -83,6 +83,7 @@ buffer-limit = 2000
 header-timeout = "3s"
 ping-interval = "4s"
 idle-timeout = "-1s"
+write-stall-timeout = "7s"
 shutdown-timeout = "6s"
 node = "n1"
 nats = "nats://127.0.0.1:4222"
@@ -116,6 +117,7 @@ log-level = "debug"
 		"header-timeout":      c.HeaderReadTimeout == 3*time.Second,
 		"ping-interval":       c.PingInterval == 4*time.Second,
 		"idle-timeout":        c.IdleTimeout == -time.Second,
+		"write-stall-timeout": c.WriteStallTimeout == 7*time.Second,
 		"shutdown-timeout":    c.ShutdownTimeout == 6*time.Second,
 		"node":                c.Node == "n1",
 		"nats":                c.NATS.URL == "nats://127.0.0.1:4222",
