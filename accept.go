@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"github.com/rallyws/rally/deflate"
 )
 
 // Accept answers an opening handshake request inside an http.Handler and
@@ -65,26 +63,10 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 	}
 	q := upgradeRequestOf(r)
 	key, rf := q.check(opts)
-	if rf == nil {
-		rf = opts.ConnOptions.refusal()
-	}
-	var data any
-	var subprotocol string
-	if rf == nil {
-		data, subprotocol, rf = opts.decide(r, &q, w.Header())
-	}
-	var ext string
-	var params deflate.Params
-	if rf == nil {
-		ext, params, rf = negotiateCompression(opts.Compression, r.Header["Sec-Websocket-Extensions"])
-	}
+	n, rf := opts.negotiate(r, &q, w.Header(), rf)
 	if rf != nil {
 		refuse(w, rf)
-		err := &HandshakeError{Status: rf.status, Reason: rf.reason}
-		if rf.byHook {
-			return nil, err
-		}
-		return nil, opts.handshakeFailed(r, err)
+		return nil, opts.refused(r, &HandshakeError{Status: rf.status, Reason: rf.reason}, rf)
 	}
 
 	nc, brw, err := http.NewResponseController(w).Hijack()
@@ -100,7 +82,7 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 		nc.Close()
 		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: clearing deadlines: %w", err))
 	}
-	resp := appendSwitchingProtocols(make([]byte, 0, 160), key, subprotocol, ext, w.Header())
+	resp := appendSwitchingProtocols(make([]byte, 0, 160), key, n.subprotocol, n.ext, w.Header())
 	if _, err := nc.Write(resp); err != nil {
 		nc.Close()
 		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: writing the 101 response: %w", err))
@@ -113,11 +95,11 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 	if n := brw.Reader.Buffered(); n > 0 {
 		buffered, _ = brw.Reader.Peek(n)
 	}
-	c := startConn(nc, buffered, true, subprotocol, &opts.ConnOptions)
-	if ext != "" {
-		c.enableCompression(opts.Compression, params)
+	c := startConn(nc, buffered, true, n.subprotocol, &opts.ConnOptions)
+	if n.ext != "" {
+		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = data
+	c.data = n.data
 	return c, nil
 }
 

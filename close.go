@@ -1,6 +1,7 @@
 package rally
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -132,28 +133,6 @@ func (c *Conn) closeTimedOut() {
 	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errors.New("close handshake timed out")})
 }
 
-// waitCloseSent waits until the close frame has left (or never will).
-func (c *Conn) waitCloseSent() {
-	for {
-		c.wr.mu.Lock()
-		if c.wr.err != nil || c.wr.q.doneSeq >= c.wr.closeSeq {
-			c.unlockWrite()
-			return
-		}
-		ch := c.wr.progress
-		if ch == nil {
-			ch = make(chan struct{})
-			c.wr.progress = ch
-		}
-		c.unlockWrite()
-		select {
-		case <-ch:
-		case <-c.cl.done:
-			return
-		}
-	}
-}
-
 // linger winds the TCP connection down after close frames were exchanged
 // (or after a failure was announced with one): a server waits for its close
 // frame to leave and closes its side first; a client waits for the server
@@ -162,7 +141,10 @@ func (c *Conn) waitCloseSent() {
 // timer bounds the whole. The caller holds the read lock.
 func (c *Conn) linger() {
 	if c.server {
-		c.waitCloseSent()
+		c.wr.mu.Lock()
+		seq := c.wr.closeSeq
+		c.unlockWrite()
+		c.waitFlushed(context.Background(), seq)
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		} else {

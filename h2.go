@@ -17,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rallyws/rally/deflate"
 )
 
 // ErrHTTP2Disabled is CheckHTTP2's error: the servers of this process do
@@ -57,24 +55,10 @@ var warnedHTTP2Off atomic.Bool
 // the WebSocket's bytes.
 func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn, error) {
 	q := upgradeRequestOf(r)
-	rf := q.checkExtendedConnect(opts, r.URL.Path)
-	var data any
-	var subprotocol string
-	if rf == nil {
-		data, subprotocol, rf = opts.decide(r, &q, w.Header())
-	}
-	var ext string
-	var params deflate.Params
-	if rf == nil {
-		ext, params, rf = negotiateCompression(opts.Compression, r.Header["Sec-Websocket-Extensions"])
-	}
+	n, rf := opts.negotiate(r, &q, w.Header(), q.checkExtendedConnect(opts, r.URL.Path))
 	if rf != nil {
 		refuseH2(w, rf)
-		err := &HandshakeError{Status: rf.status, Reason: rf.reason}
-		if rf.byHook {
-			return nil, err
-		}
-		return nil, opts.handshakeFailed(r, err)
+		return nil, opts.refused(r, &HandshakeError{Status: rf.status, Reason: rf.reason}, rf)
 	}
 
 	rc := http.NewResponseController(w)
@@ -87,22 +71,22 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	for name := range responseManaged {
 		delete(h, name)
 	}
-	if subprotocol != "" {
-		h.Set("Sec-WebSocket-Protocol", subprotocol)
+	if n.subprotocol != "" {
+		h.Set("Sec-WebSocket-Protocol", n.subprotocol)
 	}
-	if ext != "" {
-		h.Set("Sec-WebSocket-Extensions", ext)
+	if n.ext != "" {
+		h.Set("Sec-WebSocket-Extensions", n.ext)
 	}
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: sending the 200 response: %w", err))
 	}
 	s := newH2Stream(r.Body, w, rc, localAddrOf(r), remoteAddrOf(r))
-	c := startConn(s, nil, true, subprotocol, &opts.ConnOptions)
-	if ext != "" {
-		c.enableCompression(opts.Compression, params)
+	c := startConn(s, nil, true, n.subprotocol, &opts.ConnOptions)
+	if n.ext != "" {
+		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = data
+	c.data = n.data
 	return c, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/rallyws/rally/deflate"
 )
 
 // Rejection is how an AcceptOptions.Authorize hook refuses an opening
@@ -58,6 +60,44 @@ func (o *AcceptOptions) decide(r *http.Request, q *upgradeRequest, header http.H
 		o.ResponseHeader(r, header)
 	}
 	return data, subprotocol, nil
+}
+
+// negotiation is what an opening handshake settles once its request passed
+// the rules of its HTTP version: the data for Conn.Data, the subprotocol,
+// and compression (the extension to answer with, "" when declined).
+type negotiation struct {
+	data        any
+	subprotocol string
+	ext         string
+	params      deflate.Params
+}
+
+// negotiate settles a handshake whose request rf did not refuse (q is what
+// the rules saw of r): the server's own options are checked, then the
+// application's hooks run (see decide), then compression is negotiated.
+// header is the answer's extra headers. Every handshake (Accept, Upgrade,
+// over HTTP/2) goes through it.
+func (o *AcceptOptions) negotiate(r *http.Request, q *upgradeRequest, header http.Header, rf *refusal) (negotiation, *refusal) {
+	var n negotiation
+	if rf == nil {
+		rf = o.ConnOptions.refusal()
+	}
+	if rf == nil {
+		n.data, n.subprotocol, rf = o.decide(r, q, header)
+	}
+	if rf == nil {
+		n.ext, n.params, rf = negotiateCompression(o.Compression, r.Header["Sec-Websocket-Extensions"])
+	}
+	return n, rf
+}
+
+// refused is the error a refused handshake returns: told to
+// OnHandshakeError unless the application's own hook refused it.
+func (o *AcceptOptions) refused(r *http.Request, err error, rf *refusal) error {
+	if rf.byHook {
+		return err
+	}
+	return o.handshakeFailed(r, err)
 }
 
 // refusal turns the hook's rejection into the answer rally sends.

@@ -111,19 +111,9 @@ func TestSendsOverRallysTLSReportSentWhenTheKernelTakesThem(t *testing.T) {
 			mu.Unlock()
 		},
 	}
-	ts := httptest.NewUnstartedServer(s)
-	ts.Listener = rally.NewTLSListener(ts.Listener, tlsServerConfig(t))
-	ts.Start()
-	defer ts.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, _, err := rally.Dial(ctx, "wss"+strings.TrimPrefix(ts.URL, "http"), &rally.DialOptions{
-		TLSConfig: &tls.Config{InsecureSkipVerify: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
+	c := dialRallyTLS(t, ctx, s)
 	for i := range 50 {
 		_, p, err := c.Read(ctx)
 		if err != nil || string(p) != fmt.Sprintf("m%d", i) {
@@ -147,6 +137,24 @@ func TestSendsOverRallysTLSReportSentWhenTheKernelTakesThem(t *testing.T) {
 	if queued != 0 || drained != 0 {
 		t.Fatalf("%d sends queued and %d drains over TLS to a peer that keeps up, want none", queued, drained)
 	}
+}
+
+// dialRallyTLS serves s over TLS through rally.NewTLSListener and dials
+// it with rally's client (wss://), both ends on rally's own TLS socket.
+func dialRallyTLS(t *testing.T, ctx context.Context, s *rally.Server) *rally.Conn {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(s)
+	ts.Listener = rally.NewTLSListener(ts.Listener, tlsServerConfig(t))
+	ts.Start()
+	t.Cleanup(ts.Close)
+	c, _, err := rally.Dial(ctx, "wss"+strings.TrimPrefix(ts.URL, "http"), &rally.DialOptions{
+		TLSConfig: &tls.Config{InsecureSkipVerify: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
 }
 
 // tlsServerConfig is a TLS config with httptest's certificate.
@@ -193,19 +201,9 @@ func TestBackpressureOverRallysTLSQueuesCompletesAndDrains(t *testing.T) {
 		r.buffered = c.BufferedAmount()
 		res <- r
 	}
-	ts := httptest.NewUnstartedServer(s)
-	ts.Listener = rally.NewTLSListener(ts.Listener, tlsServerConfig(t))
-	ts.Start()
-	defer ts.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, _, err := rally.Dial(ctx, "wss"+strings.TrimPrefix(ts.URL, "http"), &rally.DialOptions{
-		TLSConfig: &tls.Config{InsecureSkipVerify: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
+	c := dialRallyTLS(t, ctx, s)
 	r := <-res // the client has read nothing yet
 	if r.statuses["queued"] == 0 || r.buffered == 0 {
 		t.Fatalf("4 MiB sent over TLS to a peer not reading: statuses %v, BufferedAmount %d; want some queued and counted", r.statuses, r.buffered)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rallyws/rally/deflate"
 	"github.com/rallyws/rally/internal/bufpool"
 )
 
@@ -105,28 +104,12 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	}
 	q := upgradeRequestOf(r)
 	key, rf := q.check(opts)
-	if rf == nil {
-		rf = opts.ConnOptions.refusal()
-	}
-	var data any
-	var subprotocol string
 	header := http.Header{}
-	if rf == nil {
-		data, subprotocol, rf = opts.decide(r, &q, header)
-	}
-	var ext string
-	var params deflate.Params
-	if rf == nil {
-		ext, params, rf = negotiateCompression(opts.Compression, r.Header["Sec-Websocket-Extensions"])
-	}
+	n, rf := opts.negotiate(r, &q, header, rf)
 	if rf != nil {
-		err := refuseRaw(nc, rf)
-		if rf.byHook {
-			return nil, r, err
-		}
-		return nil, r, opts.handshakeFailed(r, err)
+		return nil, r, opts.refused(r, refuseRaw(nc, rf), rf)
 	}
-	if _, err := nc.Write(appendSwitchingProtocols(make([]byte, 0, 160), key, subprotocol, ext, header)); err != nil {
+	if _, err := nc.Write(appendSwitchingProtocols(make([]byte, 0, 160), key, n.subprotocol, n.ext, header)); err != nil {
 		nc.Close()
 		return nil, r, opts.handshakeFailed(r, fmt.Errorf("rally: accept: writing the 101 response: %w", err))
 	}
@@ -134,11 +117,11 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 		nc.Close()
 		return nil, r, opts.handshakeFailed(r, fmt.Errorf("rally: accept: clearing the handshake deadline: %w", err))
 	}
-	c := startConn(nc, rest, true, subprotocol, &opts.ConnOptions)
-	if ext != "" {
-		c.enableCompression(opts.Compression, params)
+	c := startConn(nc, rest, true, n.subprotocol, &opts.ConnOptions)
+	if n.ext != "" {
+		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = data
+	c.data = n.data
 	return c, r, nil
 }
 
