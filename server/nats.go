@@ -116,3 +116,15 @@ func redactURL(list string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// natsReady returns why the node is not ready as far as NATS goes: with
+// ReadyNeedsNATS set, while its connection to NATS is down.
+func (s *Server) natsReady() error {
+	if !s.cfg.ReadyNeedsNATS {
+		return nil
+	}
+	if b, ok := s.cfg.Broker.(*natsbroker.Broker); ok && !b.Stats().Connected {
+		return errors.New("not connected to NATS")
+	}
+	return nil
+}
