@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	rtmetrics "runtime/metrics"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -214,17 +213,4 @@ func (c budgetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(budgetLimit, prometheus.GaugeValue, float64(b.Limit()))
 	ch <- prometheus.MustNewConstMetric(budgetPressure, prometheus.GaugeValue, float64(b.Pressure()))
 	ch <- prometheus.MustNewConstMetric(budgetShed, prometheus.CounterValue, float64(b.Shed()))
-}
-
-// formatBytes shows n in the largest binary unit that divides it.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		shift uint
-		name  string
-	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
-		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
-			return strconv.FormatInt(n>>u.shift, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10)
 }

@@ -101,13 +101,14 @@ var serveGroups = []struct {
 		{"idle-timeout", "RALLY_IDLE_TIMEOUT", "DURATION"},
 		{"shutdown-timeout", "RALLY_SHUTDOWN_TIMEOUT", "DURATION"},
 	}},
-	{"Several nodes (NATS)", []serveFlag{
+	{"Several nodes (NATS)", append([]serveFlag{
 		{"node", "RALLY_NODE", "NAME"},
 		{"nats", "RALLY_NATS", "URL"},
 		{"embedded-nats", "RALLY_EMBEDDED_NATS", "HOST:PORT"},
 		{"nats-cluster", "RALLY_NATS_CLUSTER", "HOST:PORT"},
 		{"nats-routes", "RALLY_NATS_ROUTES", "URL,URL"},
-	}},
+	}, natsAuthServeFlags...)},
+	{"Under attack (memory, request heads; see docs/SERVE.md)", protectServeFlags},
 	{"Logs", []serveFlag{
 		{"log-format", "RALLY_LOG_FORMAT", "text|json"},
 		{"log-level", "RALLY_LOG_LEVEL", "LEVEL"},
@@ -176,9 +177,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "time close handshakes may take on shutdown")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")
-	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(it has no auth: bind it where only your nodes reach it)")
+	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(without --nats-user or --nats-token it has no auth: bind it where only\nyour nodes reach it)")
 	fs.StringVar(&cfg.NATS.Cluster, "nats-cluster", "", "where the embedded NATS server listens for routes from other embedded servers")
 	fs.Var(&routes, "nats-routes", "cluster addresses of other embedded NATS servers to route to")
+	protectFlags(fs, &cfg.Protection, &cfg.NATS)
 	fs.StringVar(&logFormat, "log-format", "text", "log lines as text or json")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "least level logged: debug, info, warn or error")
 	fs.Usage = func() { serveUsage(fs, stderr) }
@@ -214,6 +216,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	setRuntimeMemoryLimit(srv.MemoryBudget().Limit())
 	if err := srv.ListenAndServe(ctx, stdout); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
