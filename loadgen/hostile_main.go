@@ -38,6 +38,7 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	maxRSS := fs.Int64("max-rss", 600e6, "verdict: the server's peak RSS in bytes at most")
 	fs.DurationVar(&cfg.MaxProbeP99, "max-p99", 100*time.Millisecond, "verdict: the probe's p99 at most")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	jsonFile := fs.String("json-file", "", "also write the result as JSON to this file")
 	var positional []string
 	rest := args
 	for {
@@ -80,6 +81,13 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 		enc.Encode(res)
 	} else {
 		res.WriteSummary(stdout)
+	}
+	if *jsonFile != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(stderr, "rally bench: %v\n", err)
+			return 1
+		}
 	}
 	if res.Verdict != "PASS" {
 		return 1
