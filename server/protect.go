@@ -34,9 +34,10 @@ type Protection struct {
 	// past it net/http answers 431 and closes. Default 16 KiB.
 	MaxHeaderBytes int
 	// MaxPendingHandshakes bounds the connections whose request head has
-	// not arrived whole yet (slow or stalled clients); a connection over
-	// the limit is answered 503 and closed as soon as it is accepted.
-	// Default 1024; negative means no limit.
+	// not arrived whole yet (slow or stalled clients): past it, the oldest
+	// of them is answered 503 and closed, so that clients that send their
+	// head at once are still served. Default 1024; negative means no
+	// limit.
 	MaxPendingHandshakes int
 
 	// EchoMaxMessageBytes bounds a message on /echo (larger: closed with

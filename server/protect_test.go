@@ -66,33 +66,35 @@ func TestRequestHeadLimitIsConfigurableAndNetHTTPAddsItsSlack(t *testing.T) {
 	}
 }
 
-func TestConnectionsPastThePendingHeadLimitGet503(t *testing.T) {
+// slowHead opens a connection and sends an unfinished request head.
+func slowHead(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // never finished
+	return c
+}
+
+func TestPastThePendingHeadLimitTheOldestHeadIsCutWith503(t *testing.T) {
 	s := serve(t, Config{Protection: Protection{MaxPendingHandshakes: 2, OpsAddr: "127.0.0.1:0"}})
 	addr := strings.TrimPrefix(s.http, "http://")
-	var slow []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // never finished
-		slow = append(slow, c)
+	oldest := slowHead(t, addr)
+	slowHead(t, addr)
+	// A client that sends its head at once is served; the oldest slow
+	// head gives way (connections are accepted in arrival order).
+	if got := rawStatus(t, addr, upgradeHead+"\r\n"); got != "HTTP/1.1 101 Switching Protocols" {
+		t.Fatalf("a fresh client with two heads pending: %q, want 101", got)
 	}
-	// The listener accepts in arrival order, so the third is over the limit.
-	if got := rawStatus(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); got != "HTTP/1.1 503 Service Unavailable" {
-		t.Fatalf("third connection with two heads pending: %q, want 503", got)
+	b, _ := io.ReadAll(oldest)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 503 Service Unavailable") {
+		t.Errorf("the oldest slow head got %q, want a 503 and the end", b)
 	}
 	if v := metric(t, "http://"+s.OpsAddr(), `rally_limit_refusals_total{limit="pending_handshakes"}`); v != 1 {
-		t.Errorf("refusals counted: %v", v)
-	}
-	// Once a slow head is finished (its answer read), a new client is served.
-	io.WriteString(slow[0], "\r\n")
-	if line, err := bufio.NewReader(slow[0]).ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
-		t.Fatalf("finished head: %q, %v", line, err)
-	}
-	if got := rawStatus(t, addr, upgradeHead+"\r\n"); got != "HTTP/1.1 101 Switching Protocols" {
-		t.Errorf("after one pending head finished: %q, want 101", got)
+		t.Errorf("refusals counted: %v, want 1", v)
 	}
 }
 
@@ -170,23 +172,18 @@ func TestPendingHeadsAreChargedToTheBudgetAndGivenBack(t *testing.T) {
 	s := serve(t, Config{Protection: Protection{MemoryBudget: budget, MaxPendingHandshakes: 1, OpsAddr: "127.0.0.1:0"}})
 	addr := strings.TrimPrefix(s.http, "http://")
 	ops := "http://" + s.OpsAddr()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
-	// A second connection refused shows that the first one's head is
-	// counted (connections are accepted in arrival order).
-	if got := rawStatus(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); got != "HTTP/1.1 503 Service Unavailable" {
-		t.Fatalf("second connection with one head pending: %q, want 503", got)
+	first := slowHead(t, addr)
+	second := slowHead(t, addr)
+	// The first one cut shows that the second one's head is counted.
+	if b, _ := io.ReadAll(first); !strings.HasPrefix(string(b), "HTTP/1.1 503") {
+		t.Fatalf("first slow head got %q, want 503", b)
 	}
 	want := float64(DefaultMaxHeaderBytes + headBufferBytes)
 	if v := metric(t, ops, `rally_memory_budget_used_bytes{category="handshakes"}`); v != want {
 		t.Errorf("handshakes charged with one head pending = %v, want %v", v, want)
 	}
-	io.WriteString(c, "\r\n")
-	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+	io.WriteString(second, "\r\n")
+	if line, err := bufio.NewReader(second).ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
 		t.Fatalf("finished head: %q, %v", line, err)
 	}
 	if v := metric(t, ops, `rally_memory_budget_used_bytes{category="handshakes"}`); v != 0 {

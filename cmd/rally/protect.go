@@ -47,7 +47,7 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	p.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	fs.Var(intSize(&p.MaxHeaderBytes, 1<<10, 1<<20), "max-header-bytes", "largest request head; larger get 431")
 	p.MaxPendingHandshakes = server.DefaultMaxPendingHandshakes
-	fs.Var(&count{v: &p.MaxPendingHandshakes, min: 1, max: 1 << 20}, "max-pending-handshakes", "connections whose request head is still arriving, at most; more get 503")
+	fs.Var(&count{v: &p.MaxPendingHandshakes, min: 1, max: 1 << 20}, "max-pending-handshakes", "connections whose request head is still arriving, at most; past it the\noldest of them gets 503")
 	p.EchoMaxMessageBytes = server.DefaultEchoMaxMessageBytes
 	fs.Var(intSize(&p.EchoMaxMessageBytes, 1, 1<<30), "echo-max-message-bytes", "largest /echo message (larger: closed with 1009); the full conformance\nsuite needs 16MiB")
 	fs.StringVar(&p.OpsAddr, "ops-addr", "", "also serve /healthz, /readyz and /metrics here, with file descriptors\nkept in reserve: it answers even when clients took every other one")
