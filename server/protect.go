@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"sync/atomic"
 	"time"
@@ -128,25 +129,55 @@ func (s *Server) admitMemory(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// freeInterval is the least time between two collections the memory
+// watch forces.
+const freeInterval = 10 * time.Second
+
+// massDisconnect is how many connections must have closed, and at least
+// half of those open at the peak, for the memory watch to give memory
+// back to the OS at once.
+const massDisconnect = 1000
+
 // watchMemory tells the budget, every quarter second until ctx ends, how
 // much memory the Go runtime holds (heap and stacks in use, not what is
 // free or returned to the OS), and sheds the largest send queues under
 // high pressure.
+//
+// Memory the runtime counts as in use may be garbage no collection has
+// reclaimed yet (nothing allocates once a load has ended): when that is
+// what makes the pressure, or after a mass disconnect, it forces a
+// collection and gives free memory back to the OS (debug.FreeOSMemory,
+// at most once per freeInterval, never on a connection's path), so that
+// new clients are not refused for memory that is not held and RSS goes
+// back down after the load.
 func (s *Server) watchMemory(ctx context.Context) {
 	samples := []rtmetrics.Sample{
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 	}
+	held := func() int64 {
+		rtmetrics.Read(samples)
+		if samples[0].Value.Kind() != rtmetrics.KindUint64 {
+			return 0
+		}
+		return int64(samples[0].Value.Uint64() - samples[1].Value.Uint64() - samples[2].Value.Uint64())
+	}
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
+	var lastFree time.Time
+	peakConns := s.conns.Load()
 	for {
-		rtmetrics.Read(samples)
-		var held int64
-		if samples[0].Value.Kind() == rtmetrics.KindUint64 {
-			held = int64(samples[0].Value.Uint64() - samples[1].Value.Uint64() - samples[2].Value.Uint64())
+		s.budget.Observe(held())
+		conns := s.conns.Load()
+		peakConns = max(peakConns, conns)
+		pressed := !s.budget.AdmitsNew() && s.budget.Used() < s.budget.Limit()*8/10
+		massGone := peakConns-conns >= massDisconnect && conns <= peakConns/2
+		if (pressed || massGone) && time.Since(lastFree) >= freeInterval {
+			debug.FreeOSMemory()
+			lastFree, peakConns = time.Now(), conns
+			s.budget.Observe(held())
 		}
-		s.budget.Observe(held)
 		if n := s.budget.Relieve(); n > 0 {
 			s.pressureLog.warn("slow clients shed: memory budget under high pressure", "shed", n,
 				"used", s.budget.Used(), "limit", s.budget.Limit())
