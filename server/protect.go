@@ -88,6 +88,8 @@ type guard struct {
 	pressureLog  *everyLog
 	opsAddr      atomic.Value // string
 	opsLn        *opsListener
+	open         openConns
+	shedConns    prometheus.Counter
 	acceptErrors *prometheus.CounterVec
 }
 
@@ -100,6 +102,7 @@ func (s *Server) protect() error {
 		s.budget = rally.NewMemoryBudget(max(p.MemoryLimit, 0))
 	}
 	s.echo.Options.ReadLimit = int64(p.EchoMaxMessageBytes)
+	s.trackConns()
 	s.pressureLog = newEveryLog(s.log, 10*time.Second)
 	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_accept_errors_total", Help: "Errors accepting TCP connections, by reason (fd_limit: no file descriptor left; other).",
@@ -178,8 +181,12 @@ func (s *Server) watchMemory(ctx context.Context) {
 			lastFree, peakConns = time.Now(), conns
 			s.budget.Observe(held())
 		}
-		if n := s.budget.Relieve(); n > 0 {
-			s.pressureLog.warn("slow clients shed: memory budget under high pressure", "shed", n,
+		n := s.budget.Relieve()
+		if s.budget.Pressure() >= rally.PressureHigh {
+			n += s.shedSlowest(held())
+		}
+		if n > 0 {
+			s.pressureLog.warn("slow clients cut: memory budget under high pressure", "cut", n,
 				"used", s.budget.Used(), "limit", s.budget.Limit())
 		}
 		select {
