@@ -139,12 +139,12 @@ const freeInterval = 10 * time.Second
 // massDisconnect is how many connections must have closed, and at least
 // half of those open at the peak, for the memory watch to give memory
 // back to the OS at once.
-const massDisconnect = 1000
+const massDisconnect = 100
 
 // watchMemory tells the budget, every quarter second until ctx ends, how
 // much memory the Go runtime holds (heap and stacks in use, not what is
 // free or returned to the OS), and sheds the largest send queues under
-// high pressure.
+// elevated pressure (see shedSlowest).
 //
 // Memory the runtime counts as in use may be garbage no collection has
 // reclaimed yet (nothing allocates once a load has ended): when that is
@@ -182,7 +182,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 			s.budget.Observe(held())
 		}
 		n := s.budget.Relieve()
-		if s.budget.Pressure() >= rally.PressureHigh {
+		if s.budget.Pressure() >= rally.PressureElevated {
 			n += s.shedSlowest(held())
 		}
 		if n > 0 {

@@ -11,9 +11,11 @@ import (
 
 // Until connections charge their send queues to the memory budget (and
 // the budget sheds the largest itself), the server does it from the
-// outside: it keeps its open connections, and under high memory pressure
-// closes those with the most waiting to be sent, largest first, until
-// their queues make up what is over 80% of the limit.
+// outside: it keeps its open connections, and once the memory held passes
+// 80% of the limit (where new handshakes get 503) closes those with the
+// most waiting to be sent, largest first, until their queues make up what
+// is over 70%: slow readers give way before new clients are refused for
+// long.
 
 // minShedQueue is the smallest send queue worth closing a connection for.
 const minShedQueue = 64 << 10
@@ -58,12 +60,12 @@ func (s *Server) trackConns() {
 }
 
 // shedSlowest closes the connections with the largest send queues while
-// the memory held is over 80% of the limit, and returns how many it
+// the memory held is over 70% of the limit, and returns how many it
 // closed. Their peers do not read (their queue cannot drain), so a close
 // frame would not reach them: the connection is cut.
 func (s *Server) shedSlowest(held int64) int {
 	limit := s.budget.Limit()
-	excess := max(held, s.budget.Used()) - limit/10*8
+	excess := max(held, s.budget.Used()) - limit/10*7
 	if limit <= 0 || excess <= 0 {
 		return 0
 	}
