@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"sync/atomic"
@@ -132,9 +133,13 @@ func (s *Server) admitMemory(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// freeInterval is the least time between two collections the memory
-// watch forces.
-const freeInterval = 10 * time.Second
+// gcInterval is the least time between two collections the memory watch
+// forces to learn whether what the runtime holds is live; freeInterval
+// between two returns of free memory to the OS.
+const (
+	gcInterval   = time.Second
+	freeInterval = 10 * time.Second
+)
 
 // massDisconnect is how many connections must have closed, and at least
 // half of those open at the peak, for the memory watch to give memory
@@ -147,12 +152,13 @@ const massDisconnect = 100
 // elevated pressure (see shedSlowest).
 //
 // Memory the runtime counts as in use may be garbage no collection has
-// reclaimed yet (nothing allocates once a load has ended): when that is
-// what makes the pressure, or after a mass disconnect, it forces a
-// collection and gives free memory back to the OS (debug.FreeOSMemory,
-// at most once per freeInterval, never on a connection's path), so that
-// new clients are not refused for memory that is not held and RSS goes
-// back down after the load.
+// reclaimed yet (the queues of connections just cut; nothing allocates
+// once a load has ended): when that is what makes the pressure, it forces
+// a collection (at most once per gcInterval), so that new clients are not
+// refused for memory that is not held; after a mass disconnect it gives
+// free memory back to the OS (debug.FreeOSMemory, at most once per
+// freeInterval), so that RSS goes back down after the load. Neither runs
+// on a connection's path.
 func (s *Server) watchMemory(ctx context.Context) {
 	samples := []rtmetrics.Sample{
 		{Name: "/memory/classes/total:bytes"},
@@ -168,17 +174,22 @@ func (s *Server) watchMemory(ctx context.Context) {
 	}
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	var lastFree time.Time
+	var lastGC, lastFree time.Time
 	peakConns := s.conns.Load()
 	for {
 		s.budget.Observe(held())
 		conns := s.conns.Load()
 		peakConns = max(peakConns, conns)
-		pressed := !s.budget.AdmitsNew() && s.budget.Used() < s.budget.Limit()*8/10
 		massGone := peakConns-conns >= massDisconnect && conns <= peakConns/2
-		if (pressed || massGone) && time.Since(lastFree) >= freeInterval {
+		if massGone && time.Since(lastFree) >= freeInterval {
 			debug.FreeOSMemory()
-			lastFree, peakConns = time.Now(), conns
+			lastGC, lastFree, peakConns = time.Now(), time.Now(), conns
+			s.budget.Observe(held())
+		}
+		pressed := !s.budget.AdmitsNew() && s.budget.Used() < s.budget.Limit()/10*8
+		if pressed && time.Since(lastGC) >= gcInterval {
+			runtime.GC()
+			lastGC = time.Now()
 			s.budget.Observe(held())
 		}
 		n := s.budget.Relieve()
