@@ -22,6 +22,7 @@ check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -short -count=1 $(UNIT)
+	$(GO) test -tags purego -count=1 ./frame/
 
 setup:
 	bash interop/setup.sh
@@ -30,6 +31,7 @@ test: setup
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	$(GO) test -tags purego -count=1 ./frame/
 
 # The side-by-side comparison (about 7 minutes here); rewrites the peers
 # section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.

@@ -49,6 +49,9 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 	}
 	q := upgradeRequestOf(r)
 	key, rf := q.check(opts)
+	if rf == nil {
+		rf = opts.ConnOptions.refusal()
+	}
 	var data any
 	var subprotocol string
 	if rf == nil {

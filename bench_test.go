@@ -183,7 +183,7 @@ func BenchmarkServerHandler(b *testing.B) {
 // messages of size bytes, which a goroutine writes to peer as frames over
 // and over.
 func benchmarkServe(b *testing.B, c *Conn, peer net.Conn, size int, frames []byte) {
-	c.serving = true
+	c.rd.served = true
 	done := make(chan struct{})
 	n := 0
 	s := &Server{Message: func(c *Conn, typ MessageType, p []byte) {
@@ -241,7 +241,7 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 		for range n {
 			nc, peer := socketPairFD(b)
 			c := newConn(nc, nil, true, "", nil)
-			c.serving = true
+			c.rd.served = true
 			go c.serve(s)
 			conns = append(conns, c)
 			peers = append(peers, peer)

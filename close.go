@@ -1,7 +1,7 @@
 package rally
 
 import (
-	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -18,11 +18,12 @@ import (
 //
 // It returns nil once the peer answered, the *CloseError (code 1006) if it
 // did not, and ErrClosed if the connection had already ended. Sends after
-// Close fail with ErrClosed.
+// Close fail with ErrClosed. If a Writer is streaming a message, the close
+// frame follows the message's end (and the sends held meanwhile).
 //
-// On a connection served by a Server, and from its callbacks, Close sends
-// and returns at once; the Server finishes the handshake and then calls
-// Server.Close.
+// On a connection served by a Server, and from any callback or hook on the
+// reading goroutine, Close sends and returns nil at once: whoever reads
+// finishes the handshake (a Server then calls Server.Close).
 func (c *Conn) Close(code uint16, reason string) error {
 	var buf [2 + frame.MaxCloseReason]byte
 	payload, err := frame.AppendClosePayload(buf[:0], code, []byte(reason))
@@ -31,37 +32,39 @@ func (c *Conn) Close(code uint16, reason string) error {
 	}
 	if !c.sendClose(payload) {
 		select {
-		case <-c.done:
+		case <-c.cl.done:
 			return ErrClosed
 		default:
 		}
 	}
-	if c.serving {
+	if c.rd.served || c.onReadingGoroutine() {
 		return nil
 	}
 	select {
-	case c.rsem <- struct{}{}:
+	case c.rd.sem <- struct{}{}:
 		// Nobody is reading: read until the peer's close frame, discarding
 		// data, then wind TCP down.
+		c.rd.g.Store(currentG())
 		c.skipReader(nil)
-		for c.rend == nil {
+		for c.rd.end == nil {
 			if _, err := c.nextEvent(nil); err != nil {
 				break
 			}
 		}
-		if c.lingering {
-			c.lingering = false
+		if c.rd.linger {
+			c.rd.linger = false
 			c.linger()
 		}
 		// Close read to the end for its own sake: the first Read after it
 		// still gets the *CloseError.
-		c.rdone = false
-		<-c.rsem
-	case <-c.done:
+		c.rd.ended = false
+		c.rd.g.Store(0)
+		<-c.rd.sem
+	case <-c.cl.done:
 	}
-	<-c.done
-	if c.final != nil && c.final.Code == frame.CloseAbnormal {
-		return c.final
+	<-c.cl.done
+	if c.cl.final != nil && c.cl.final.Code == frame.CloseAbnormal {
+		return c.cl.final
 	}
 	return nil
 }
@@ -70,7 +73,7 @@ func (c *Conn) Close(code uint16, reason string) error {
 // Pending sends fail; a blocked Read returns a *CloseError with code 1006.
 func (c *Conn) CloseNow() error {
 	select {
-	case <-c.done:
+	case <-c.cl.done:
 		return ErrClosed
 	default:
 	}
@@ -78,27 +81,65 @@ func (c *Conn) CloseNow() error {
 	return nil
 }
 
-// sendClose queues a close frame unless one was already sent, and arms the
-// timer that cuts the connection if the handshake does not finish in time.
-// It never waits. It reports whether this call sent the frame.
+// sendClose queues a close frame unless one was already accepted, and arms
+// the timer that cuts the connection if the handshake does not finish in
+// time. It never waits. It reports whether this call sent the frame.
 func (c *Conn) sendClose(payload []byte) bool {
-	c.wmu.Lock()
-	if c.closeSent || c.werr != nil {
+	g := currentG()
+	c.wr.mu.Lock()
+	q := &c.wr.q
+	if q.closed || c.wr.err != nil {
 		c.unlockWrite()
 		return false
 	}
-	seq, err := c.frameLocked(frame.OpClose, true, payload)
-	c.closeSent = true
-	c.closeSeq = seq
+	f := c.frameLocked(frame.OpClose, true, payload, CompressNever, false)
+	var err error
+	if q.streaming {
+		// After the streamed message and what was held meanwhile.
+		q.hold(f.hdr, f.payload, f.masked, f.key, true, nil)
+	} else {
+		c.wr.closeSeq, err = c.enqueueLocked(&f, !c.corkedLocked(g), false)
+	}
+	q.closed = true
 	if err == nil {
-		c.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
+		c.wr.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
 	}
 	c.unlockWrite()
 	return true
 }
 
+// closeTimedOut cuts the connection when the close handshake did not end
+// in time. If the read side had already ended (the peer's close frame
+// arrived, or a violation was announced), the handshake itself is over and
+// that is how the connection ended: only TCP's wind-down was cut short.
 func (c *Conn) closeTimedOut() {
+	if ce := c.cl.readEnd.Load(); ce != nil {
+		c.finish(ce)
+		return
+	}
 	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errors.New("close handshake timed out")})
+}
+
+// waitCloseSent waits until the close frame has left (or never will).
+func (c *Conn) waitCloseSent() {
+	for {
+		c.wr.mu.Lock()
+		if c.wr.err != nil || (c.wr.closeSeq != 0 && c.wr.q.doneSeq >= c.wr.closeSeq) {
+			c.unlockWrite()
+			return
+		}
+		ch := c.wr.progress
+		if ch == nil {
+			ch = make(chan struct{})
+			c.wr.progress = ch
+		}
+		c.unlockWrite()
+		select {
+		case <-ch:
+		case <-c.cl.done:
+			return
+		}
+	}
 }
 
 // linger winds the TCP connection down after close frames were exchanged
@@ -109,14 +150,11 @@ func (c *Conn) closeTimedOut() {
 // timer bounds the whole. The caller holds the read lock.
 func (c *Conn) linger() {
 	if c.server {
-		c.wmu.Lock()
-		seq := c.closeSeq
-		c.unlockWrite()
-		c.waitFlushed(context.Background(), seq, false)
+		c.waitCloseSent()
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		} else {
-			c.finish(c.rend)
+			c.finish(c.rd.end)
 		}
 	}
 	for {
@@ -125,130 +163,59 @@ func (c *Conn) linger() {
 		}
 	}
 	c.releaseReadBuffer()
-	c.finish(c.rend)
+	c.finish(c.rd.end)
 }
 
 // lingerAsync winds down after a read method returned the end.
 func (c *Conn) lingerAsync() {
-	c.lingering = false
+	c.rd.linger = false
 	go func() {
-		c.rsem <- struct{}{}
+		c.rd.sem <- struct{}{}
+		c.rd.g.Store(currentG())
 		c.linger()
-		<-c.rsem
+		c.rd.g.Store(0)
+		<-c.rd.sem
 	}()
 }
 
 // finish ends the connection once: the TCP connection is closed, sends and
-// their waiters fail, and Done is closed.
+// their waiters fail, Done is closed, and OnClose functions run.
 func (c *Conn) finish(ce *CloseError) {
-	c.endOnce.Do(func() {
-		c.final = ce
-		c.wmu.Lock()
-		if c.werr == nil {
-			c.werr = ErrClosed
+	c.cl.once.Do(func() {
+		c.cl.final = ce
+		c.wr.mu.Lock()
+		if c.wr.err == nil {
+			c.wr.err = ErrClosed
 		}
-		c.abortQueuedLocked(ErrClosed)
-		if !c.flushing {
-			c.releaseQueueLocked()
-		}
+		c.wr.q.fail(ErrClosed)
 		c.wakeLocked()
-		fns := c.onClose
-		c.onClose = nil
-		if c.closeTimer != nil {
-			c.closeTimer.Stop()
-		}
-		if c.keepalive != nil {
-			c.keepalive.Stop()
+		fns := c.cl.onClose
+		c.cl.onClose = nil
+		for _, t := range []*time.Timer{c.wr.closeTimer, c.cl.keepalive, c.wr.stall} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 		c.unlockWrite()
-		c.nc.Close()
-		close(c.done)
+		c.closeTransport(ce.Code == frame.CloseAbnormal)
+		close(c.cl.done)
 		for _, f := range fns {
-			f(ce)
+			c.runOnClose(f, ce)
 		}
 	})
 }
 
-// drained runs OnDrain after the send queue emptied. A Server's connection
-// never runs it at the same time as its other callbacks: if one is running,
-// the reading goroutine runs OnDrain right after it.
-func (c *Conn) drained() {
-	f := c.opts.OnDrain
-	if f == nil {
+// closeTransport closes the network connection. An abrupt end skips TLS's
+// close_notify alert, whose write could block for seconds on a full socket.
+func (c *Conn) closeTransport(abrupt bool) {
+	if tc, ok := c.nc.(*tls.Conn); ok && abrupt {
+		tc.NetConn().Close()
 		return
 	}
-	if !c.serving {
-		f(c)
-		return
-	}
-	if !c.cbmu.TryLock() {
-		c.drainPending.Store(true)
-		return
-	}
-	c.corkBegin()
-	c.callDrain(f)
-	c.corkEnd()
-	c.cbmu.Unlock()
-}
-
-func (c *Conn) callDrain(f func(*Conn)) {
-	defer c.recoverCallback()
-	f(c)
+	c.nc.Close()
 }
 
 // endAbnormal ends the connection after a write failure.
 func (c *Conn) endAbnormal(err error) {
 	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: err})
-}
-
-// callbackPanicked logs a recovered panic and fails the connection with
-// 1011, without waiting.
-func (c *Conn) callbackPanicked(v any) {
-	c.log.Error("rally: panic in a connection callback; closing with 1011",
-		"remote", c.nc.RemoteAddr().String(), "panic", fmt.Sprint(v))
-	c.closeWithCode(frame.CloseInternalError, "")
-}
-
-// startKeepalive arms the ping and idle timer when either is configured.
-func (c *Conn) startKeepalive() {
-	period := c.opts.PingInterval
-	if c.opts.IdleTimeout > 0 && (period <= 0 || c.opts.IdleTimeout < period) {
-		period = c.opts.IdleTimeout
-	}
-	if period <= 0 {
-		return
-	}
-	c.lastRead.Store(time.Now().UnixNano())
-	c.wmu.Lock()
-	c.keepalive = time.AfterFunc(period, c.tick)
-	c.wmu.Unlock()
-}
-
-// tick pings a quiet peer and closes an idle one with 1001.
-func (c *Conn) tick() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	now := time.Now()
-	idle := now.Sub(time.Unix(0, c.lastRead.Load()))
-	if c.opts.IdleTimeout > 0 && idle >= c.opts.IdleTimeout {
-		c.closeWithCode(frame.CloseGoingAway, "idle timeout")
-		return
-	}
-	next := time.Duration(1<<63 - 1)
-	if c.opts.IdleTimeout > 0 {
-		next = c.opts.IdleTimeout - idle
-	}
-	c.wmu.Lock()
-	if p := c.opts.PingInterval; p > 0 {
-		if idle >= p && now.Sub(c.lastPing) >= p {
-			c.lastPing = now
-			c.sendLocked(frame.OpPing, true, nil)
-		}
-		next = min(next, p-idle%p)
-	}
-	c.keepalive.Reset(max(next, time.Millisecond))
-	c.unlockWrite()
 }

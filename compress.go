@@ -104,9 +104,11 @@ type compression struct {
 	bits      int  // the window this side sends with
 	takeover  bool // this side keeps context between the messages it sends
 	threshold int
-	sendUsed  bool // since the last idle; guarded by the connection's wmu
-	recvUsed  bool // since the last idle; the reader's
-	lastOut   int  // the size the last message inflated to; the reader's
+	sendUsed  bool    // since the last idle; guarded by the connection's write lock
+	recvUsed  bool    // since the last idle; the reader's
+	lastOut   int     // the size the last message inflated to; the reader's
+	gathered  message // a compressed message being gathered; the reader's
+	inflated  *[]byte // the last inflated message, valid until the next event; the reader's
 }
 
 // enableCompression sets the connection up for the negotiated parameters.
@@ -129,7 +131,7 @@ func (c *Conn) enableCompression(o *CompressionOptions, p deflate.Params) {
 	}
 	z.decomp = deflate.NewDecompressor(recvBits, !recvNoTakeover)
 	c.z = z
-	c.p.allowedRsv = frame.Rsv1
+	c.rd.p.allowedRsv = frame.Rsv1
 }
 
 // Compress overrides, for one message, whether it goes out compressed
@@ -165,7 +167,7 @@ func (z *compression) wantsCompression(n int, mode Compress) bool {
 }
 
 // compressLocked compresses p for sending into a borrowed buffer, in send
-// order (the caller holds wmu). The caller gives the buffer back.
+// order (the caller holds the write lock). The caller gives the buffer back.
 func (c *Conn) compressLocked(p []byte) *[]byte {
 	buf := bufpool.Get(len(p)/2 + 64)
 	*buf = c.z.comp.Compress((*buf)[:0], p)
@@ -173,27 +175,37 @@ func (c *Conn) compressLocked(p []byte) *[]byte {
 	return buf
 }
 
+// compressPartLocked compresses one fragment of a streamed message into a
+// borrowed buffer, in send order (the caller holds the write lock).
+func (c *Conn) compressPartLocked(p []byte, final bool) *[]byte {
+	buf := bufpool.Get(len(p)/2 + 64)
+	*buf = c.z.comp.CompressPart((*buf)[:0], p, final)
+	c.z.sendUsed = true
+	return buf
+}
+
 // inflate turns a gathered compressed message into its payload, checked
 // against the read limit while inflating and, for text, for UTF-8.
 func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
-	if c.infl == nil {
+	z := c.z
+	if z.inflated == nil {
 		// Start from the size the last message inflated to, so that a
 		// stream of large messages reuses pooled buffers instead of
 		// growing a new one each time.
-		c.infl = bufpool.Get(max(readBufferSize, c.z.lastOut))
+		z.inflated = bufpool.Get(max(readBufferSize, z.lastOut))
 	}
-	limit := c.p.readLimit
+	limit := c.rd.p.readLimit
 	if limit <= 0 {
 		limit = 1<<63 - 1
 	}
-	out, err := c.z.decomp.Inflate((*c.infl)[:0], msg, limit)
+	out, err := z.decomp.Inflate((*z.inflated)[:0], msg, limit)
 	c.z.recvUsed = true
 	if err != nil {
 		return nil, err
 	}
 	c.z.lastOut = len(out)
-	if cap(out) > cap(*c.infl) {
-		*c.infl = out[:0] // keep the grown buffer for the rest of this message's life
+	if cap(out) > cap(*z.inflated) {
+		*z.inflated = out[:0] // keep the grown buffer for the rest of this message's life
 	}
 	if op == frame.OpText && !frame.ValidUTF8(out) {
 		return nil, violation(frame.CloseInvalidPayload, "text message is not valid UTF-8")
@@ -213,36 +225,11 @@ func (c *Conn) idleCompression() {
 		z.decomp.Idle()
 	}
 	if z.comp != nil {
-		c.wmu.Lock()
+		c.wr.mu.Lock()
 		if z.sendUsed {
 			z.sendUsed = false
 			z.comp.Idle()
 		}
-		c.wmu.Unlock()
+		c.wr.mu.Unlock()
 	}
-}
-
-// preparedDeflate is a prepared message's compressed frame for one level
-// and window, made once and shared by every receiver that keeps no send
-// context with that window.
-type preparedDeflate struct {
-	level, bits int
-	frame       []byte
-}
-
-func (pm *PreparedMessage) deflated(level, bits int) []byte {
-	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	for _, v := range pm.variants {
-		if v.level == level && v.bits == bits {
-			return v.frame
-		}
-	}
-	body := deflate.CompressOnce(nil, pm.payload, level, bits)
-	h := frame.Header{Fin: true, Rsv: frame.Rsv1, Opcode: frame.Opcode(pm.typ), Length: int64(len(body))}
-	b := make([]byte, h.Size()+len(body))
-	n := frame.Put(b, h)
-	copy(b[n:], body)
-	pm.variants = append(pm.variants, preparedDeflate{level: level, bits: bits, frame: b})
-	return b
 }

@@ -1110,3 +1110,94 @@ func TestPerMessageCompressionOverrideSetsRSV1AsAsked(t *testing.T) {
 		t.Fatalf("SendCompress of an invalid type = %v, %v; want Dropped and an error", st, err)
 	}
 }
+
+// A message streamed with Writer is compressed fragment by fragment: RSV1
+// on its first frame only (RFC 7692 6.1), the joined payloads inflate with
+// an independent inflater to what was written, and the stream stays in
+// step for the messages around it (with and without context takeover). A
+// Send made during the stream is held and leaves after it, still
+// inflating in order.
+func TestWriterCompressesAStreamedMessageFrameByFrame(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     *rally.CompressionOptions
+		offer    string
+		takeover bool
+	}{
+		{"Takeover", &rally.CompressionOptions{}, "permessage-deflate", true},
+		{"NoTakeover", &rally.CompressionOptions{ServerNoContextTakeover: true}, "permessage-deflate; server_no_context_takeover", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: tc.opts}, tc.offer)
+			in := &oracleInflater{takeover: tc.takeover}
+			before := jsonish(1, 3000)
+			if err := c.Write(ctxT(t), rally.Text, before); err != nil {
+				t.Fatal(err)
+			}
+			w, err := c.Writer(ctxT(t), rally.Text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []byte
+			for i := range 5 {
+				part := jsonish(10+i, 20000)
+				want = append(want, part...)
+				if _, err := w.Write(part); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held := jsonish(2, 2000)
+			if st, err := c.Send(rally.Text, held); st != rally.Queued || err != nil {
+				t.Fatalf("Send during the stream = %v, %v; want queued", st, err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f, err := p.ReadFrame()
+			if err != nil || f.Rsv != rawpeer.Rsv1 {
+				t.Fatalf("first message: rsv %x, %v; want compressed", f.Rsv, err)
+			}
+			if got, err := in.inflate(f.Payload); err != nil || !bytes.Equal(got, before) {
+				t.Fatalf("message before the stream does not inflate: %v", err)
+			}
+			var body []byte
+			frames := 0
+			for {
+				f, err := p.ReadFrame()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if frames == 0 && (f.Rsv != rawpeer.Rsv1 || f.Opcode != rawpeer.OpText) {
+					t.Fatalf("first fragment: opcode %d rsv %x, want text with RSV1", f.Opcode, f.Rsv)
+				}
+				if frames > 0 && (f.Rsv != 0 || f.Opcode != rawpeer.OpContinuation) {
+					t.Fatalf("fragment %d: opcode %d rsv %x, want a continuation without RSV bits", frames, f.Opcode, f.Rsv)
+				}
+				frames++
+				body = append(body, f.Payload...)
+				if f.Fin {
+					break
+				}
+			}
+			if len(body) >= len(want)/2 {
+				t.Errorf("streamed message of %d bytes took %d on the wire: not compressed", len(want), len(body))
+			}
+			if got, err := in.inflate(body); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("streamed message (%d frames) does not inflate to what was written: %v", frames, err)
+			}
+			f, err = p.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := f.Payload
+			if f.Rsv == rawpeer.Rsv1 {
+				if got, err = in.inflate(f.Payload); err != nil {
+					t.Fatalf("held message does not inflate after the stream: %v", err)
+				}
+			}
+			if !bytes.Equal(got, held) {
+				t.Fatal("held message arrived changed")
+			}
+		})
+	}
+}

@@ -1,118 +1,104 @@
 package rally
 
 import (
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rallyws/rally/frame"
 )
 
-// errAgain is a full socket buffer on write, or no data yet on read.
-var errAgain = errors.New("rally: would block")
-
 // Conn is one WebSocket connection, server or client side.
 //
-// Writing is safe from many goroutines at once: Write, Writer, Ping and
-// Close may be called concurrently, and frames leave in the order the calls
-// were accepted. Reading (Read, ReadAppend, Reader) is for one goroutine at a
-// time; a second concurrent reader waits for the first. A Conn served by a
-// Server is read by the Server; its callbacks must not call the read methods.
+// Writing is safe from many goroutines at once: Write, Send, Writer, Ping
+// and Close may be called concurrently, and frames leave in the order the
+// calls were accepted. Reading (Read, ReadAppend, Reader) is for one
+// goroutine at a time; a second concurrent reader waits for the first. A
+// Conn served by a Server is read by the Server; its callbacks must not
+// call the read methods.
 type Conn struct {
 	nc          net.Conn
-	rc          syscall.RawConn // nil when rally cannot reach the socket (TLS, pipes)
+	t           transport
 	server      bool
 	subprotocol string
 	opts        ConnOptions
 	data        any
 	log         *slog.Logger
-
-	// Read side, owned by whoever holds rsem.
-	rsem     chan struct{}
-	p        parser
-	in       []byte  // unconsumed input: a slice of rbuf or of the handshake leftovers
-	rbuf     *[]byte // borrowed read buffer; nil while idle
-	rn       int
-	busyRead bool // the last read filled its buffer: more is coming
-	rerr     error
-	readFn   func(fd uintptr) bool
-	rdone    bool // the read side has ended and its error was delivered
-	rend     *CloseError
-	msgr     *messageReader // made by the first Reader
-	lastRead atomic.Int64   // unix nanoseconds of the last bytes in, for keepalive
-
-	partial     *[]byte      // a message being gathered across reads
 	z           *compression // permessage-deflate, when negotiated
-	zmsg        *[]byte      // a compressed message being gathered
-	infl        *[]byte      // the last inflated message, valid until the next event
-	partialType MessageType
-	lingering   bool // the read side ended with a close frame; TCP still to wind down
-	serving     bool // a Server's loop owns the read side
 
-	// Context watching for reads: see watch in read.go.
-	dmu            sync.Mutex
-	dactive        bool
-	dinterrupted   bool
-	stopWatch      func() bool
-	wdactive       bool
-	wdinterrupted  bool
-	stopWriteWatch func() bool
-	interruptFn    func()
-	unwatchFn      func() bool
+	rd readSide  // owned by whoever holds rd.sem
+	wr writeSide // guarded by wr.mu
+	cl closeSide
+	cb callbackState
+	dl deadlineWatch
 
-	// Write side, guarded by wmu (see write.go).
-	wmu            sync.Mutex
-	wq             *[]byte // queued frames, borrowed while non-empty
-	wpos           int     // bytes of wq already written
-	wlocked        int     // bytes of wq a flusher is writing outside the lock
-	wf             []qframe
-	wfh            int // first record not yet fully written
-	wfStart        int // where record wfh starts in wq (negative once compacted mid-frame)
-	hdr            [frame.MaxHeaderSize]byte
-	seq            uint64
-	doneSeq        uint64
-	flushing       bool
-	werr           error // once set, every send fails with it
-	progress       chan struct{}
-	writerOpen     bool
-	wslot          chan struct{}
-	mw             *messageWriter // made by the first Writer
-	iov            [2]syscall.Iovec
-	wa, wb         []byte
-	wn             int
-	wioErr         error
-	writeFn        func(fd uintptr) bool
-	flushFn        func(fd uintptr) bool
-	corked         int
-	inlineWrite    bool     // a blocking write on a TLS-like transport writes from its own goroutine
-	corkBypass     bool     // a blocking write goes past the cork (it flushed it first)
-	corkPeers      []*Conn  // connections that joined this one's cork (JoinCork)
-	corkOwners     [4]*Conn // the connections whose corks this one joined (JoinCork)
-	nOwners        int
-	spareCorkPeers []*Conn
-	dones          []doneCall // completions to run once wmu is released
-	spareDones     []doneCall
-	drainArmed     bool // a send was queued under backpressure
-	drainDue       bool
-	held           []heldFrame // sends accepted while a Writer streams
-	closeSent      bool
-	closeSeq       uint64
-	closeTimer     *time.Timer
-	lastPing       time.Time
+	stepFn func() bool // c.flushStep, made once
+}
 
-	// Close state.
-	done         chan struct{} // closed when the connection has ended
-	endOnce      sync.Once
-	final        *CloseError
-	keepalive    *time.Timer
-	onClose      []func(*CloseError)
-	cbmu         sync.Mutex // a Server's callbacks of this connection run under it
+// readSide is the state of receiving, owned by the goroutine that holds
+// sem (a Read call, or a Server's goroutine for the connection).
+type readSide struct {
+	sem    chan struct{}
+	g      atomic.Uintptr // the goroutine holding sem (see goroutine.go)
+	p      parser
+	in     []byte  // unconsumed input: a slice of buf or of the handshake leftovers
+	buf    *[]byte // the read buffer; nil while idle on a socket
+	end    *CloseError
+	ended  bool // the end was delivered to a read method
+	linger bool // the read side ended with a close frame; TCP still to wind down
+	last   atomic.Int64
+
+	msg    message        // a message being gathered, see message.go
+	reader *messageReader // made by the first Reader
+	batch  bool           // a Server's read batch is corked
+	served bool           // a Server's goroutine owns the read side
+}
+
+// writeSide is the state of sending, guarded by mu. mu is held only for
+// non-blocking work.
+type writeSide struct {
+	mu       sync.Mutex
+	q        sendQueue
+	hdr      [frame.MaxHeaderSize]byte
+	err      error  // once set, every send fails with it
+	flushing bool   // a goroutine is writing the queue: nothing else writes to the transport
+	until    uint64 // the flusher's goal: frame until has left (0: the queue is empty)
+	stepErr  error  // the transport's error seen by flushStep
+	progress chan struct{}
+	taken    uint64 // bytes the transport took, ever: progress for the stall timer
+	stall    *time.Timer
+	stallAt  uint64
+
+	slot    chan struct{}  // held by a streaming Writer
+	writer  *messageWriter // made by the first Writer
+	streamZ bool           // the streamed message is compressed
+
+	corks corkState
+
+	drainArmed bool // a send was queued under backpressure
+	closeSeq   uint64
+	closeTimer *time.Timer
+	lastPing   time.Time
+	spare      []doneCall
+}
+
+// closeSide is how the connection ends.
+type closeSide struct {
+	done      chan struct{} // closed when the connection has ended
+	once      sync.Once
+	final     *CloseError
+	keepalive *time.Timer
+	onClose   []func(*CloseError)
+	readEnd   atomic.Pointer[CloseError] // the read side's end, once it came with a close frame
+}
+
+// callbackState serialises a connection's callbacks (see callback.go).
+type callbackState struct {
+	mu           sync.Mutex
+	running      atomic.Bool // a callback is running (where goroutines cannot be told apart)
 	drainPending atomic.Bool
-	batchCorked  bool // a Server's read batch is corked
 }
 
 // newConn starts a connection over nc once the opening handshake is done.
@@ -123,13 +109,14 @@ type Conn struct {
 func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *ConnOptions) *Conn {
 	c := &Conn{
 		nc:          nc,
-		rc:          rawConnOf(nc),
+		t:           newTransport(nc),
 		server:      server,
 		subprotocol: subprotocol,
-		rsem:        make(chan struct{}, 1),
-		done:        make(chan struct{}),
-		in:          buffered,
 	}
+	c.dl.nc = nc
+	c.rd.sem = make(chan struct{}, 1)
+	c.rd.in = buffered
+	c.cl.done = make(chan struct{})
 	if o != nil {
 		c.opts = *o
 	}
@@ -140,22 +127,18 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	if c.opts.CloseTimeout <= 0 {
 		c.opts.CloseTimeout = DefaultCloseTimeout
 	}
-	c.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: c.opts.MaxFragments}
+	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: c.opts.MaxFragments}
 	switch {
 	case c.opts.ReadLimit == 0:
-		c.p.readLimit = DefaultReadLimit
+		c.rd.p.readLimit = DefaultReadLimit
 	case c.opts.ReadLimit < 0:
-		c.p.readLimit = 0
+		c.rd.p.readLimit = 0
 	}
 	switch {
 	case c.opts.MaxFragments == 0:
-		c.p.maxFragments = DefaultMaxFragments
+		c.rd.p.maxFragments = DefaultMaxFragments
 	case c.opts.MaxFragments < 0:
-		c.p.maxFragments = 0
-	}
-	if c.rc != nil {
-		c.readFn = c.rawRead
-		c.writeFn = c.rawWrite
+		c.rd.p.maxFragments = 0
 	}
 	c.startKeepalive()
 	return c
@@ -176,12 +159,18 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
 // Done returns a channel that is closed once the connection has ended
 // (close handshake finished, failed, or cut).
-func (c *Conn) Done() <-chan struct{} { return c.done }
+func (c *Conn) Done() <-chan struct{} { return c.cl.done }
 
-// closeReason trims a rule text to fit a close frame's reason.
+// closeReason trims a rule text to fit a close frame's reason, on a UTF-8
+// boundary (a reason cut inside a sequence would not be valid UTF-8, and
+// the close frame could not be sent).
 func closeReason(s string) string {
-	if len(s) > frame.MaxCloseReason {
-		s = s[:frame.MaxCloseReason]
+	if len(s) <= frame.MaxCloseReason {
+		return s
 	}
-	return s
+	n := frame.MaxCloseReason
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n-- // s[n] continues a sequence: cut before the sequence starts
+	}
+	return s[:n]
 }

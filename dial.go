@@ -55,6 +55,9 @@ func Dial(ctx context.Context, rawURL string, opts *DialOptions) (*Conn, *http.R
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := opts.ConnOptions.validate(); err != nil {
+		return nil, nil, fmt.Errorf("rally: dial %s: %w", redactURL(u), err)
+	}
 	if err := checkSubprotocols(opts.Subprotocols); err != nil {
 		return nil, nil, fmt.Errorf("rally: dial %s: %w", redactURL(u), err)
 	}
@@ -183,7 +186,7 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 			cfg.ServerName = u.Hostname()
 		}
 		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(nc, cfg)
+		tc := tls.Client(newTLSSocket(nc), cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			abort()
 			return nil, nil, fail(ctxErr(err))

@@ -51,6 +51,21 @@ const (
 	CloseBadGateway         = frame.CloseBadGateway
 )
 
+// InvalidUTF8Error is returned by a send of text that is not valid UTF-8
+// when ConnOptions.ValidateUTF8OnSend is set. Nothing of the message was
+// accepted (for a Writer: nothing of that Write call).
+type InvalidUTF8Error struct {
+	// Offset is the index, in the bytes passed to the call, of the first
+	// byte that makes the text invalid (its length when the text ends
+	// inside a character). A Writer's Close reports 0: the message ended
+	// inside a character, and was sent without that character's bytes.
+	Offset int
+}
+
+func (e *InvalidUTF8Error) Error() string {
+	return fmt.Sprintf("rally: text is not valid UTF-8 (first bad byte at offset %d)", e.Offset)
+}
+
 // ErrClosed is returned by an operation on a connection that has already
 // closed, or that closed while the operation waited. errors.Is(err,
 // ErrClosed) also holds for every *CloseError.

@@ -3,11 +3,16 @@ module github.com/rallyws/rally
 go 1.26.0
 
 require (
-	github.com/chromedp/cdproto v0.160.1
+	github.com/BurntSushi/toml v1.6.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/klauspost/compress v1.20.4
 	github.com/prometheus/client_golang v1.25.0
+)
+
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	pgregory.net/rapid v1.3.0
 )
 
 require (
@@ -27,7 +32,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/sys v0.50.0
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

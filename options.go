@@ -3,11 +3,14 @@ package rally
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/rallyws/rally/frame"
 )
 
 // Defaults applied when an option is left at its zero value.
@@ -72,10 +75,51 @@ type ConnOptions struct {
 	BufferLimitCloseCode uint16
 
 	// OnDrain, when set, is called once the send queue has emptied after a
-	// Send returned Queued. It runs on the goroutine that emptied the queue
-	// (for a Server's connection, never at the same time as its other
-	// callbacks).
+	// Send returned Queued. It runs on the goroutine that emptied the queue,
+	// never at the same time as the connection's other callbacks and hooks
+	// (if one is running, right after it).
 	OnDrain func(c *Conn)
+
+	// ValidateUTF8OnSend makes every send of a Text message check that it
+	// is valid UTF-8, at the call: an invalid one is refused with an
+	// *InvalidUTF8Error and nothing is queued. Off by default (text goes
+	// out as the caller's bytes, unchecked, as in npm ws).
+	ValidateUTF8OnSend bool
+
+	// WriteStallTimeout, when positive, ends the connection (1006, with an
+	// error saying so) when bytes have waited to be sent this long without
+	// the peer taking a single one: a peer that stopped reading is let go
+	// instead of holding its queue forever. 0 means no limit.
+	WriteStallTimeout time.Duration
+}
+
+// validate checks the options where they are given: a value that cannot
+// mean anything is an error, never silently something else.
+func (o *ConnOptions) validate() error {
+	switch {
+	case o.BufferLimitAction != DropMessage && o.BufferLimitAction != CloseConnection:
+		return fmt.Errorf("rally: BufferLimitAction %d is neither DropMessage nor CloseConnection", o.BufferLimitAction)
+	case o.BufferLimitCloseCode != 0 && !frame.ValidCloseCode(o.BufferLimitCloseCode):
+		return fmt.Errorf("rally: BufferLimitCloseCode %d cannot be sent in a close frame", o.BufferLimitCloseCode)
+	case o.PingInterval < 0:
+		return fmt.Errorf("rally: PingInterval %v is negative", o.PingInterval)
+	case o.IdleTimeout < 0:
+		return fmt.Errorf("rally: IdleTimeout %v is negative", o.IdleTimeout)
+	case o.CloseTimeout < 0:
+		return fmt.Errorf("rally: CloseTimeout %v is negative", o.CloseTimeout)
+	case o.WriteStallTimeout < 0:
+		return fmt.Errorf("rally: WriteStallTimeout %v is negative", o.WriteStallTimeout)
+	}
+	return nil
+}
+
+// refusal is how a server answers a handshake when its own options are
+// invalid: 500, and the reason for OnHandshakeError.
+func (o *ConnOptions) refusal() *refusal {
+	if err := o.validate(); err != nil {
+		return &refusal{status: http.StatusInternalServerError, reason: "the server's connection options are invalid: " + err.Error()}
+	}
+	return nil
 }
 
 // AcceptOptions configure Accept. A nil *AcceptOptions is valid and means

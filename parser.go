@@ -94,13 +94,19 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 		chunk := b[n : n+int(avail)]
 		n += int(avail)
 		p.remaining -= avail
-		if p.h.Masked {
-			p.maskPos = frame.Mask(p.h.Mask, p.maskPos, chunk)
-		}
 		if p.msgOp == frame.OpText && !p.msgZ {
-			if i := p.utf8.Feed(chunk); i >= 0 {
+			// Text: unmask and validate in one pass over the payload.
+			var i int
+			if p.h.Masked {
+				p.maskPos, i = p.utf8.FeedMasked(p.h.Mask, p.maskPos, chunk)
+			} else {
+				i = p.utf8.Feed(chunk)
+			}
+			if i >= 0 {
 				return event{}, n, violation(frame.CloseInvalidPayload, "text message is not valid UTF-8")
 			}
+		} else if p.h.Masked {
+			p.maskPos = frame.Mask(p.h.Mask, p.maskPos, chunk)
 		}
 		frameDone := p.remaining == 0
 		fin := frameDone && p.h.Fin

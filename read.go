@@ -15,10 +15,6 @@ import (
 // arrive. An idle connection holds none.
 const readBufferSize = 32 << 10
 
-// smallReadBufferSize is what a quiet connection without a reachable socket
-// (TLS) waits with.
-const smallReadBufferSize = 2 << 10
-
 // Read reads the next whole message and returns its type and payload. The
 // payload is the caller's: one allocation, grown as the payload arrives,
 // never sized from what a header claims.
@@ -47,56 +43,29 @@ func (c *Conn) readMessage(ctx context.Context, dst []byte, own bool) (MessageTy
 	}
 	defer c.unlockRead()
 	defer c.lingerIfEnded()
-	if c.rend != nil {
+	if c.rd.end != nil {
 		return 0, dst, c.deliverEnd()
 	}
-	stop := c.watch(ctx)
-	defer stop()
+	if c.dl.watch(ctx, &c.dl.r) {
+		defer c.dl.unwatch(&c.dl.r)
+	}
 	if err := c.skipReader(ctx); err != nil {
 		return 0, dst, err
 	}
-	for {
-		ev, err := c.nextEvent(ctx)
-		if err != nil {
-			return 0, dst, err
-		}
-		if ev.first && ev.fin && c.partial == nil {
-			if own {
-				return MessageType(ev.op), append([]byte(nil), ev.payload...), nil
-			}
-			return MessageType(ev.op), append(dst, ev.payload...), nil
-		}
-		if ev.first {
-			c.partial = bufpool.Get(len(ev.payload))
-			c.partialType = MessageType(ev.op)
-		}
-		c.appendPartial(ev.payload)
-		if ev.fin {
-			typ, p := c.partialType, *c.partial
-			if own {
-				dst = make([]byte, len(p))
-				copy(dst, p)
-			} else {
-				dst = append(dst, p...)
-			}
-			bufpool.Put(c.partial)
-			c.partial = nil
-			return typ, dst, nil
-		}
+	typ, p, err := c.nextMessage(ctx)
+	if err != nil {
+		return 0, dst, err
 	}
-}
-
-// appendPartial adds a chunk to the message being gathered, growing its
-// borrowed buffer as payload arrives.
-func (c *Conn) appendPartial(p []byte) {
-	b := *c.partial
-	if len(b)+len(p) > cap(b) {
-		nb := bufpool.Get(max(2*cap(b), len(b)+len(p)))
-		*nb = append(*nb, b...)
-		bufpool.Put(c.partial)
-		c.partial = nb
+	if own {
+		dst = make([]byte, len(p))
+		copy(dst, p)
+	} else {
+		dst = append(dst, p...)
 	}
-	*c.partial = append(*c.partial, p...)
+	if c.rd.msg.handed {
+		c.rd.msg.release()
+	}
+	return typ, dst, nil
 }
 
 // Reader returns the type of the next message and a reader for its
@@ -110,23 +79,24 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 	}
 	defer c.unlockRead()
 	defer c.lingerIfEnded()
-	if c.rend != nil {
+	if c.rd.end != nil {
 		return 0, nil, c.deliverEnd()
 	}
-	stop := c.watch(ctx)
-	defer stop()
+	if c.dl.watch(ctx, &c.dl.r) {
+		defer c.dl.unwatch(&c.dl.r)
+	}
 	if err := c.skipReader(ctx); err != nil {
 		return 0, nil, err
 	}
-	if c.partial != nil {
+	if m := &c.rd.msg; m.buf != nil && !m.handed {
 		// A message was half gathered by a Read whose context ended: hand
 		// out what arrived, then the rest.
 		r := c.reader()
 		r.ctx, r.active, r.fin = ctx, true, false
-		r.held = c.partial
-		r.chunk = *c.partial
-		c.partial = nil
-		return c.partialType, r, nil
+		r.held = m.buf
+		r.chunk = *m.buf
+		m.buf = nil
+		return m.typ, r, nil
 	}
 	ev, err := c.nextEvent(ctx)
 	if err != nil {
@@ -138,10 +108,10 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 }
 
 func (c *Conn) reader() *messageReader {
-	if c.msgr == nil {
-		c.msgr = &messageReader{c: c}
+	if c.rd.reader == nil {
+		c.rd.reader = &messageReader{c: c}
 	}
-	return c.msgr
+	return c.rd.reader
 }
 
 // messageReader streams one message. Its chunk aliases the connection's
@@ -167,8 +137,9 @@ func (r *messageReader) Read(p []byte) (int, error) {
 	if !r.active {
 		return 0, io.EOF
 	}
-	stop := c.watch(r.ctx)
-	defer stop()
+	if c.dl.watch(r.ctx, &c.dl.r) {
+		defer c.dl.unwatch(&c.dl.r)
+	}
 	for len(r.chunk) == 0 {
 		if r.fin {
 			r.finish()
@@ -180,7 +151,7 @@ func (r *messageReader) Read(p []byte) (int, error) {
 		}
 		ev, err := c.nextEvent(r.ctx)
 		if err != nil {
-			if c.rend != nil {
+			if c.rd.end != nil {
 				r.finish()
 			}
 			return 0, err
@@ -208,7 +179,10 @@ func (r *messageReader) finish() {
 
 // skipReader discards what a previous Reader left of its message.
 func (c *Conn) skipReader(ctx context.Context) error {
-	r := c.msgr
+	if m := &c.rd.msg; m.handed {
+		m.release()
+	}
+	r := c.rd.reader
 	for r != nil && r.active {
 		if r.fin {
 			r.finish()
@@ -228,26 +202,30 @@ func (c *Conn) skipReader(ctx context.Context) error {
 	return nil
 }
 
+// lockRead takes the read side for the calling goroutine.
 func (c *Conn) lockRead(ctx context.Context) error {
 	select {
-	case c.rsem <- struct{}{}:
-		return nil
+	case c.rd.sem <- struct{}{}:
 	default:
+		select {
+		case c.rd.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	select {
-	case c.rsem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	c.rd.g.Store(currentG())
+	return nil
 }
 
-func (c *Conn) unlockRead() { <-c.rsem }
+func (c *Conn) unlockRead() {
+	c.rd.g.Store(0)
+	<-c.rd.sem
+}
 
 // lingerIfEnded starts winding TCP down once a read method has returned the
 // end of the read side.
 func (c *Conn) lingerIfEnded() {
-	if c.lingering {
+	if c.rd.linger {
 		c.lingerAsync()
 	}
 }
@@ -255,28 +233,28 @@ func (c *Conn) lingerIfEnded() {
 // deliverEnd reports the end of the read side: the *CloseError once, then
 // ErrClosed.
 func (c *Conn) deliverEnd() error {
-	if c.rdone {
+	if c.rd.ended {
 		return ErrClosed
 	}
-	c.rdone = true
-	return c.rend
+	c.rd.ended = true
+	return c.rd.end
 }
 
 // nextEvent returns the next chunk of a data message, acting on control
 // frames on the way. The caller holds the read lock. On error the read side
-// has ended (c.rend is set and its error returned) unless ctx ended, which
+// has ended (rd.end is set and its error returned) unless ctx ended, which
 // leaves the connection as it was.
 func (c *Conn) nextEvent(ctx context.Context) (event, error) {
-	if c.infl != nil {
+	if c.z != nil && c.z.inflated != nil {
 		// The last inflated message was handed out by the previous call.
-		bufpool.Put(c.infl)
-		c.infl = nil
+		bufpool.Put(c.z.inflated)
+		c.z.inflated = nil
 	}
 	for {
-		if len(c.in) == 0 {
-			if c.batchCorked {
+		if len(c.rd.in) == 0 {
+			if c.rd.batch {
 				// A Server's batch is done: what its callbacks sent leaves now.
-				c.batchCorked = false
+				c.rd.batch = false
 				c.corkEnd()
 			}
 			c.idleCompression()
@@ -286,14 +264,14 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				}
 				return event{}, c.endRead(c.ioEnd(err), false)
 			}
-			if c.serving {
+			if c.rd.served {
 				c.corkBegin()
-				c.batchCorked = true
+				c.rd.batch = true
 			}
 			continue
 		}
-		ev, n, err := c.p.next(c.in)
-		c.in = c.in[n:]
+		ev, n, err := c.rd.p.next(c.rd.in)
+		c.rd.in = c.rd.in[n:]
 		if err != nil {
 			return event{}, c.violated(err)
 		}
@@ -321,23 +299,16 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 // wire bytes were checked against the read limit on each header; the
 // inflated size is checked while inflating.
 func (c *Conn) gatherCompressed(ev event) (event, error) {
+	z := c.z
 	if ev.first {
-		c.zmsg = bufpool.Get(len(ev.payload))
+		z.gathered.buf = bufpool.Get(len(ev.payload))
 	}
-	b := *c.zmsg
-	if len(b)+len(ev.payload) > cap(b) {
-		nb := bufpool.Get(max(2*cap(b), len(b)+len(ev.payload)))
-		*nb = append(*nb, b...)
-		bufpool.Put(c.zmsg)
-		c.zmsg = nb
-	}
-	*c.zmsg = append(*c.zmsg, ev.payload...)
+	z.gathered.append(ev.payload)
 	if !ev.fin {
 		return event{}, nil
 	}
-	out, err := c.inflate(ev.op, *c.zmsg)
-	bufpool.Put(c.zmsg)
-	c.zmsg = nil
+	out, err := c.inflate(ev.op, *z.gathered.buf)
+	z.gathered.release()
 	if err != nil {
 		return event{}, c.violated(err)
 	}
@@ -345,87 +316,35 @@ func (c *Conn) gatherCompressed(ev event) (event, error) {
 }
 
 // fill reads more bytes. It gives the read buffer back first, so a
-// connection waiting for data holds none.
+// connection waiting for data on a socket holds none.
 func (c *Conn) fill() error {
-	c.in = nil
-	if c.rc != nil {
-		if c.rbuf != nil {
-			bufpool.Put(c.rbuf)
-			c.rbuf = nil
+	c.rd.in = nil
+	buf, n, err := c.t.read(c.rd.buf)
+	c.rd.buf = buf
+	if err != nil {
+		return err
+	}
+	c.rd.in = (*buf)[:n]
+	if tt, ok := c.t.(*tlsTransport); ok && tt.s.backlogged() {
+		// The read made crypto/tls write (an alert, a KeyUpdate reply).
+		c.wr.mu.Lock()
+		if !c.wr.flushing {
+			tt.flushBacklog()
 		}
-		c.rn, c.rerr = 0, nil
-		err := c.rc.Read(c.readFn)
-		if err == nil {
-			err = c.rerr
-		}
-		if err != nil {
-			return err
-		}
-		if c.rn == 0 {
-			return io.EOF
-		}
-		c.in = (*c.rbuf)[:c.rn]
-		c.touch()
-		return nil
+		c.wr.mu.Unlock()
 	}
-	// Where rally cannot wait for readability without a buffer (TLS,
-	// pipes), a connection that has been quiet waits with a small one and
-	// takes the large one only while data keeps coming.
-	size := smallReadBufferSize
-	if c.busyRead {
-		size = readBufferSize
+	if c.cl.keepalive != nil {
+		c.rd.last.Store(time.Now().UnixNano())
 	}
-	if c.rbuf != nil && cap(*c.rbuf) != size {
-		bufpool.Put(c.rbuf)
-		c.rbuf = nil
-	}
-	if c.rbuf == nil {
-		c.rbuf = bufpool.Get(size)
-	}
-	for {
-		n, err := c.nc.Read((*c.rbuf)[:cap(*c.rbuf)])
-		if n > 0 {
-			c.busyRead = n == cap(*c.rbuf)
-			c.in = (*c.rbuf)[:n]
-			c.touch()
-			return nil
-		}
-		if err != nil {
-			bufpool.Put(c.rbuf)
-			c.rbuf = nil
-			return err
-		}
-	}
-}
-
-// rawRead runs inside RawConn.Read: it borrows a buffer only once the
-// socket has data, and gives it back before waiting.
-func (c *Conn) rawRead(fd uintptr) bool {
-	if c.rbuf == nil {
-		c.rbuf = bufpool.Get(readBufferSize)
-	}
-	n, err := readFd(fd, (*c.rbuf)[:cap(*c.rbuf)])
-	if err == errAgain {
-		bufpool.Put(c.rbuf)
-		c.rbuf = nil
-		return false
-	}
-	c.rn, c.rerr = n, err
-	return true
-}
-
-func (c *Conn) touch() {
-	if c.keepalive != nil {
-		c.lastRead.Store(time.Now().UnixNano())
-	}
+	return nil
 }
 
 // releaseReadBuffer gives back the read buffer once nothing is left in it.
 func (c *Conn) releaseReadBuffer() {
-	if len(c.in) == 0 && c.rbuf != nil {
-		bufpool.Put(c.rbuf)
-		c.rbuf = nil
-		c.in = nil
+	if len(c.rd.in) == 0 && c.rd.buf != nil {
+		bufpool.Put(c.rd.buf)
+		c.rd.buf = nil
+		c.rd.in = nil
 	}
 }
 
@@ -460,23 +379,6 @@ func (c *Conn) control(ev event) error {
 	return nil
 }
 
-// callHook runs a ping or pong hook; a panic in it is recovered and fails
-// the connection with 1011. It reports whether that happened.
-func (c *Conn) callHook(f func(*Conn, []byte), p []byte) (panicked bool) {
-	if c.serving {
-		c.cbmu.Lock()
-		defer c.cbmu.Unlock()
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			c.callbackPanicked(v)
-			panicked = true
-		}
-	}()
-	f(c, p)
-	return false
-}
-
 // violated fails the connection for a protocol violation: a close frame
 // with the rule's code goes out, and the read side ends with it.
 func (c *Conn) violated(err error) error {
@@ -492,8 +394,8 @@ func (c *Conn) violated(err error) error {
 // ioEnd turns a read error into how the connection ended.
 func (c *Conn) ioEnd(err error) *CloseError {
 	select {
-	case <-c.done:
-		return c.final
+	case <-c.cl.done:
+		return c.cl.final
 	default:
 	}
 	if err == io.EOF {
@@ -506,56 +408,14 @@ func (c *Conn) ioEnd(err error) *CloseError {
 // once). linger says the TCP connection still has to be wound down (a close
 // frame was exchanged or sent); otherwise the connection is finished now.
 func (c *Conn) endRead(ce *CloseError, linger bool) error {
-	c.rend = ce
-	c.lingering = linger
+	c.rd.end = ce
+	c.rd.linger = linger
+	if linger {
+		c.cl.readEnd.Store(ce)
+	}
 	if !linger {
 		c.finish(ce)
 		c.releaseReadBuffer()
 	}
 	return c.deliverEnd()
-}
-
-// watch makes a blocked read return when ctx ends, by moving the read
-// deadline into the past. The returned func undoes it. A context that can
-// never end costs nothing.
-func (c *Conn) watch(ctx context.Context) func() bool {
-	if ctx == nil || ctx.Done() == nil {
-		return noStop
-	}
-	c.dmu.Lock()
-	c.dactive = true
-	c.dmu.Unlock()
-	if c.interruptFn == nil {
-		c.interruptFn = c.interruptRead
-		c.unwatchFn = c.unwatch
-	}
-	stop := context.AfterFunc(ctx, c.interruptFn)
-	c.stopWatch = stop
-	return c.unwatchFn
-}
-
-func noStop() bool { return false }
-
-func (c *Conn) interruptRead() {
-	c.dmu.Lock()
-	if c.dactive {
-		c.nc.SetReadDeadline(time.Unix(1, 0))
-		c.dinterrupted = true
-	}
-	c.dmu.Unlock()
-}
-
-func (c *Conn) unwatch() bool {
-	if c.stopWatch != nil {
-		c.stopWatch()
-		c.stopWatch = nil
-	}
-	c.dmu.Lock()
-	c.dactive = false
-	if c.dinterrupted {
-		c.dinterrupted = false
-		c.nc.SetReadDeadline(time.Time{})
-	}
-	c.dmu.Unlock()
-	return true
 }

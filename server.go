@@ -2,8 +2,6 @@ package rally
 
 import (
 	"net/http"
-
-	"github.com/rallyws/rally/internal/bufpool"
 )
 
 // Server is an http.Handler that accepts WebSocket connections and drives
@@ -93,7 +91,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.Upgrade != nil {
 		c.data = data
 	}
-	c.serving = true
+	c.rd.served = true
 	if !s.set.commit(c) {
 		// Shutdown began during the handshake.
 		c.closeWithCode(CloseGoingAway, "server shutting down")
@@ -103,99 +101,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve is a served connection's reading goroutine.
 func (c *Conn) serve(s *Server) {
-	c.rsem <- struct{}{}
+	c.rd.sem <- struct{}{}
+	c.rd.g.Store(currentG())
 	if s.Open != nil {
 		// What Open sends leaves in one write.
 		c.corkBegin()
 		c.callOpen(s.Open)
 		c.corkEnd()
 	}
-	for c.rend == nil {
-		ev, err := c.nextEvent(nil)
+	for c.rd.end == nil {
+		typ, p, err := c.nextMessage(nil)
 		if err != nil {
 			break
 		}
-		if ev.first && ev.fin && c.partial == nil {
-			if s.Message != nil {
-				c.callMessage(s.Message, MessageType(ev.op), ev.payload)
-			}
-			continue
-		}
-		if ev.first {
-			c.partial = bufpool.Get(len(ev.payload))
-			c.partialType = MessageType(ev.op)
-		}
-		c.appendPartial(ev.payload)
-		if ev.fin {
-			if s.Message != nil {
-				c.callMessage(s.Message, c.partialType, *c.partial)
-			}
-			bufpool.Put(c.partial)
-			c.partial = nil
+		if s.Message != nil {
+			c.callMessage(s.Message, typ, p)
 		}
 	}
-	if c.partial != nil {
-		bufpool.Put(c.partial)
-		c.partial = nil
+	if c.rd.msg.buf != nil {
+		c.rd.msg.release()
 	}
-	if c.batchCorked {
-		c.batchCorked = false
+	if c.rd.batch {
+		c.rd.batch = false
 		c.corkEnd()
 	}
-	if c.lingering {
-		c.lingering = false
+	if c.rd.linger {
+		c.rd.linger = false
 		c.linger()
 	}
 	c.releaseReadBuffer()
-	<-c.rsem
-	<-c.done
+	c.rd.g.Store(0)
+	<-c.rd.sem
+	<-c.cl.done
 	if s.Close != nil {
-		c.callClose(s.Close, c.final)
+		c.callClose(s.Close, c.cl.final)
 	}
 	s.set.remove(c)
-}
-
-// The call helpers run one callback under the connection's callback lock
-// (so OnDrain, which may come from another goroutine, never overlaps), and
-// recover a panic in it.
-
-func (c *Conn) callOpen(f func(*Conn)) {
-	c.cbmu.Lock()
-	defer c.afterCallback()
-	f(c)
-}
-
-func (c *Conn) callMessage(f func(*Conn, MessageType, []byte), typ MessageType, p []byte) {
-	c.cbmu.Lock()
-	defer c.afterCallback()
-	f(c, typ, p)
-}
-
-func (c *Conn) callClose(f func(*Conn, *CloseError), err *CloseError) {
-	c.cbmu.Lock()
-	defer c.afterCallback()
-	f(c, err)
-}
-
-// afterCallback recovers a panic, releases the callback lock, and runs an
-// OnDrain that came due meanwhile.
-func (c *Conn) afterCallback() {
-	if v := recover(); v != nil {
-		c.callbackPanicked(v)
-	}
-	c.cbmu.Unlock()
-	if c.drainPending.Load() && c.opts.OnDrain != nil {
-		c.drainPending.Store(false)
-		c.cbmu.Lock()
-		c.corkBegin()
-		c.callDrain(c.opts.OnDrain)
-		c.corkEnd()
-		c.cbmu.Unlock()
-	}
-}
-
-func (c *Conn) recoverCallback() {
-	if v := recover(); v != nil {
-		c.callbackPanicked(v)
-	}
 }

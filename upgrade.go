@@ -105,6 +105,9 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	}
 	q := upgradeRequestOf(r)
 	key, rf := q.check(opts)
+	if rf == nil {
+		rf = opts.ConnOptions.refusal()
+	}
 	var data any
 	var subprotocol string
 	header := http.Header{}

@@ -102,6 +102,16 @@ func RunServer(ctx context.Context, rawURL string, opts *Options) (*Report, erro
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
 	target := u.RequestURI()
+	// One handshake first: a target that cannot be reached, or refuses
+	// WebSocket on that path, is one error, not a failure per case.
+	p, resp, err := rawpeer.DialClient(addr, target, nil, o.Timeout)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("conform: %s refused the WebSocket handshake: %s", u.Redacted(), resp.Status)
+		}
+		return nil, fmt.Errorf("conform: cannot reach %s: %w", u.Redacted(), err)
+	}
+	p.Close()
 	rep := &Report{Agent: o.Agent, Mode: "server", Target: u.Redacted(), Started: time.Now()}
 	defer func() { rep.DurationMS = ms(time.Since(rep.Started)) }()
 	for _, c := range Select(o) {

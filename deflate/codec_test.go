@@ -429,3 +429,46 @@ func TestTakeoverStreamCrossesTheCopyLimitBothWays(t *testing.T) {
 		}
 	}
 }
+
+// A message compressed piece by piece inflates, with the standard
+// library's inflater, to the pieces joined, with and without context
+// takeover, and the messages around it still inflate (the stream stays in
+// step).
+func TestCompressPartInflatesToThePiecesJoined(t *testing.T) {
+	for _, takeover := range []bool{false, true} {
+		c := NewCompressor(BestSpeed, MaxWindowBits, takeover)
+		var stream bytes.Buffer // what a takeover peer's inflater sees
+		inflate := func(msg []byte) []byte {
+			if !takeover {
+				stream.Reset()
+			}
+			stream.Write(msg)
+			stream.Write(tail[:])
+			r := stdflate.NewReader(bytes.NewReader(stream.Bytes()))
+			out, _ := io.ReadAll(r) // ends at the unexpected EOF after the sync flush
+			return out
+		}
+		var all []byte
+		check := func(msg, want []byte) {
+			got := inflate(msg)
+			all = append(all, want...)
+			if takeover {
+				if !bytes.Equal(got, all) {
+					t.Fatalf("takeover %v: stream inflates to %d bytes, want %d", takeover, len(got), len(all))
+				}
+			} else if !bytes.Equal(got, want) {
+				t.Fatalf("takeover %v: message inflates to %q, want %q", takeover, got, want)
+			}
+		}
+		check(c.Compress(nil, []byte("before the stream")), []byte("before the stream"))
+		pieces := [][]byte{[]byte("one, "), bytes.Repeat([]byte("two "), 5000), nil, []byte("three")}
+		var msg, want []byte
+		for i, p := range pieces {
+			msg = c.CompressPart(msg, p, i == len(pieces)-1)
+			want = append(want, p...)
+			c.Idle() // never gives back a compressor in the middle of a message
+		}
+		check(msg, want)
+		check(c.Compress(nil, []byte("after the stream")), []byte("after the stream"))
+	}
+}

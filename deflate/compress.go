@@ -131,6 +131,7 @@ type Compressor struct {
 	takeover bool
 	w        *writer // lent while busy, with takeover only
 	win      window  // with takeover: the last bytes compressed, up to primeSize
+	part     *writer // compressing a message piece by piece (CompressPart)
 }
 
 // NewCompressor returns a compressor at level (BestSpeed to
@@ -177,6 +178,46 @@ func (c *Compressor) Compress(dst, msg []byte) []byte {
 	return dst
 }
 
+// CompressPart appends part, compressed as one piece of a message sent in
+// fragments (RFC 7692 6.1: the compressed message may be split at any
+// point), to dst and returns the extended slice. Each piece ends with a
+// sync flush, so the peer can inflate it as it arrives; final marks the
+// message's last piece, whose output ends without the 00 00 ff ff tail
+// (RFC 7692 7.2.1). Between the first and the final piece of a message no
+// other message may be compressed. It allocates nothing in steady state.
+func (c *Compressor) CompressPart(dst, part []byte, final bool) []byte {
+	if c.part == nil {
+		if c.takeover {
+			if c.w == nil {
+				c.w = getWriter(c.level, c.bits, c.win.linear())
+			}
+			c.part = c.w
+		} else {
+			c.part = getWriter(c.level, c.bits, nil)
+		}
+	}
+	w := c.part
+	start := len(dst)
+	w.out.b = dst
+	_, _ = w.fw.Write(part)
+	_ = w.fw.Flush()
+	out := w.out.b
+	w.out.b = nil
+	if c.takeover {
+		c.win.write(part)
+	}
+	if final {
+		if len(out)-start >= len(tail) && [4]byte(out[len(out)-len(tail):]) == tail {
+			out = out[:len(out)-len(tail)]
+		}
+		if !c.takeover {
+			putWriter(w)
+		}
+		c.part = nil
+	}
+	return out
+}
+
 // Idle tells the compressor that the connection went quiet: it gives its
 // pooled compressor back and keeps only the last 8 KiB it sent. The next
 // message primes a compressor with them, which costs about as much as
@@ -185,7 +226,7 @@ func (c *Compressor) Compress(dst, msg []byte) []byte {
 // called after a quiet period, a busy connection holds a whole compressor.
 // Without takeover it does nothing.
 func (c *Compressor) Idle() {
-	if c.w == nil {
+	if c.w == nil || c.part != nil {
 		return
 	}
 	putWriter(c.w)

@@ -48,6 +48,10 @@ func TestNoFunctionAllocates(t *testing.T) {
 			sinkBool = v.Complete()
 			v.Reset()
 		},
+		"UTF8.FeedMasked": func() {
+			var v UTF8
+			_, sinkInt = v.FeedMasked(hdr.Mask, 0, buf)
+		},
 		"ValidUTF8": func() { sinkBool = ValidUTF8(payload) },
 	}
 	for name, f := range cases {

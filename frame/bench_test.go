@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,27 +38,42 @@ func BenchmarkMaskCopy(b *testing.B) {
 	}
 }
 
-// utf8BenchTexts are 16 KiB each: plain ASCII, and a mix of 2-, 3- and
-// 4-byte characters with spaces, as text in other scripts looks.
-var utf8BenchTexts = map[string][]byte{
-	"ascii16K": []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 400)[:16384]),
-	"mixed16K": func() []byte {
-		s := strings.Repeat("Größe Привет 世界 ready 😀🎉 ünïcødé ", 500)
-		for len(s) > 16384 {
-			_, size := utf8.DecodeLastRuneInString(s)
-			s = s[:len(s)-size]
+// utf8BenchTexts are plain ASCII, and a mix of 2-, 3- and 4-byte characters
+// with spaces, as text in other scripts looks, at 44 B (a short JSON
+// message), 1 KiB, 16 KiB and 64 KiB.
+var utf8BenchTexts = func() map[string][]byte {
+	ascii := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1500)
+	mixed := strings.Repeat("Größe Привет 世界 ready 😀🎉 ünïcødé ", 2000)
+	cut := func(s string, n int) []byte {
+		s = s[:n]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
 		}
 		return []byte(s)
-	}(),
-}
+	}
+	m := map[string][]byte{}
+	for _, n := range []struct {
+		name string
+		size int
+	}{{"44B", 44}, {"1K", 1024}, {"16K", 16384}, {"64K", 65536}} {
+		m["ascii"+n.name] = cut(ascii, n.size)
+		m["mixed"+n.name] = cut(mixed, n.size)
+	}
+	return m
+}()
 
+var utf8BenchNames = []string{"ascii44B", "mixed44B", "ascii1K", "mixed1K", "ascii16K", "mixed16K", "ascii64K", "mixed64K"}
+
+// BenchmarkUTF8 measures the validator as dispatched on this machine (Feed,
+// ValidUTF8), the automaton alone (Feed-automaton, as a machine without AVX2
+// or a purego build runs it), and unicode/utf8.Valid for comparison.
 func BenchmarkUTF8(b *testing.B) {
-	for _, name := range []string{"ascii16K", "mixed16K"} {
+	for _, name := range utf8BenchNames {
 		p := utf8BenchTexts[name]
 		if !utf8.Valid(p) {
 			b.Fatal("benchmark text is not valid UTF-8")
 		}
-		b.Run(name+"/Feed", func(b *testing.B) {
+		feed := func(b *testing.B) {
 			b.SetBytes(int64(len(p)))
 			var v UTF8
 			for b.Loop() {
@@ -66,6 +82,13 @@ func BenchmarkUTF8(b *testing.B) {
 					b.Fatal("rejected valid text")
 				}
 			}
+		}
+		b.Run(name+"/Feed", feed)
+		b.Run(name+"/Feed-automaton", func(b *testing.B) {
+			saved := useSIMD
+			useSIMD = false
+			defer func() { useSIMD = saved }()
+			feed(b)
 		})
 		b.Run(name+"/ValidUTF8", func(b *testing.B) {
 			b.SetBytes(int64(len(p)))
@@ -81,6 +104,48 @@ func BenchmarkUTF8(b *testing.B) {
 				if !utf8.Valid(p) {
 					b.Fatal("rejected valid text")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkUnmaskUTF8 compares one pass that unmasks and validates
+// (FeedMasked) with two (Mask, then Feed), on a masked text frame as a
+// server receives it. Each iteration first copies the masked frame into the
+// buffer, as a read would; that copy is the same in both.
+func BenchmarkUnmaskUTF8(b *testing.B) {
+	key := [4]byte{0x12, 0x34, 0x56, 0x78}
+	for _, name := range []string{"ascii1K", "mixed1K", "ascii16K", "mixed16K", "ascii64K", "mixed64K"} {
+		wire := bytes.Clone(utf8BenchTexts[name])
+		Mask(key, 0, wire)
+		p := make([]byte, len(wire))
+		b.Run(name+"/FeedMasked", func(b *testing.B) {
+			b.SetBytes(int64(len(p)))
+			var v UTF8
+			for b.Loop() {
+				copy(p, wire)
+				v.Reset()
+				if _, i := v.FeedMasked(key, 0, p); i >= 0 || !v.Complete() {
+					b.Fatal("rejected valid text")
+				}
+			}
+		})
+		b.Run(name+"/Mask+Feed", func(b *testing.B) {
+			b.SetBytes(int64(len(p)))
+			var v UTF8
+			for b.Loop() {
+				copy(p, wire)
+				v.Reset()
+				Mask(key, 0, p)
+				if v.Feed(p) >= 0 || !v.Complete() {
+					b.Fatal("rejected valid text")
+				}
+			}
+		})
+		b.Run(name+"/copy", func(b *testing.B) {
+			b.SetBytes(int64(len(p)))
+			for b.Loop() {
+				copy(p, wire)
 			}
 		})
 	}

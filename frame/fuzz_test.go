@@ -67,24 +67,46 @@ func FuzzUTF8(f *testing.F) {
 	for _, tt := range longSamples {
 		f.Add([]byte(tt.s), uint16(7), uint16(40))
 	}
+	f.Add(mixedText, uint16(63), uint16(129))
 	f.Fuzz(func(t *testing.T, data []byte, cut1, cut2 uint16) {
-		valid := utf8.Valid(data)
-		want := oracleInvalidAt(data)
-		if got := ValidUTF8(data); got != valid {
-			t.Fatalf("ValidUTF8(%x) = %v, utf8.Valid = %v", data, got, valid)
-		}
-		i, j := int(cut1)%(len(data)+1), int(cut2)%(len(data)+1)
-		if i > j {
-			i, j = j, i
-		}
-		for _, parts := range [][][]byte{{data}, {data[:i], data[i:]}, {data[:i], data[i:j], data[j:]}} {
-			at, complete := feedParts(parts...)
-			if at != want || complete != valid {
-				t.Fatalf("%x in %d parts cut at %d,%d: fails at %d, complete %v; oracle %d, utf8.Valid %v",
-					data, len(parts), i, j, at, complete, want, valid)
+		// The input as it is, and after enough ASCII that the vector
+		// validator sees it whole, not only through the automaton.
+		long := append(bytes.Repeat([]byte{'x'}, simdMin+int(cut1)%37), data...)
+		for _, p := range [][]byte{data, long} {
+			for _, simd := range []bool{false, haveSIMD} {
+				useSIMD = simd
+				checkUTF8Splits(t, p, int(cut1), int(cut2))
 			}
+			useSIMD = haveSIMD
 		}
 	})
+}
+
+// checkUTF8Splits checks ValidUTF8, Feed in one, two and three parts, and
+// FeedMasked in two parts against unicode/utf8.
+func checkUTF8Splits(t *testing.T, data []byte, cut1, cut2 int) {
+	t.Helper()
+	valid := utf8.Valid(data)
+	want := oracleInvalidAt(data)
+	if got := ValidUTF8(data); got != valid {
+		t.Fatalf("simd %v: ValidUTF8(%x) = %v, utf8.Valid = %v", useSIMD, data, got, valid)
+	}
+	i, j := cut1%(len(data)+1), cut2%(len(data)+1)
+	if i > j {
+		i, j = j, i
+	}
+	for _, parts := range [][][]byte{{data}, {data[:i], data[i:]}, {data[:i], data[i:j], data[j:]}} {
+		at, complete := feedParts(parts...)
+		if at != want || complete != valid {
+			t.Fatalf("simd %v: %x in %d parts cut at %d,%d: fails at %d, complete %v; oracle %d, utf8.Valid %v",
+				useSIMD, data, len(parts), i, j, at, complete, want, valid)
+		}
+	}
+	key := [4]byte{byte(cut1), byte(cut2), 0xa5, 0x3c}
+	if at, complete, unmasked := feedMaskedParts(data, key, i); at != want || complete != valid || !unmasked {
+		t.Fatalf("simd %v: %x masked, cut at %d: fails at %d, complete %v, unmasked %v; oracle %d, utf8.Valid %v",
+			useSIMD, data, i, at, complete, unmasked, want, valid)
+	}
 }
 
 func FuzzMask(f *testing.F) {

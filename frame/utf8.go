@@ -76,9 +76,9 @@ const dfaBlock = 32
 
 const hiBits = 0x8080808080808080
 
-// scan runs the automaton from state s over p. It returns the state after p
-// and -1, or sReject and the index of the first byte that made p invalid.
-func scan(s uint64, p []byte) (uint64, int) {
+// scanDFA runs the automaton from state s over p. It returns the state after
+// p and -1, or sReject and the index of the first byte that made p invalid.
+func scanDFA(s uint64, p []byte) (uint64, int) {
 	n := len(p)
 	for len(p) > 0 {
 		if s == sAccept {
@@ -120,12 +120,79 @@ func scan(s uint64, p []byte) (uint64, int) {
 	return s, -1
 }
 
+// simdMin is the shortest input handed to the vector validator: below it the
+// call into assembly (never inlined) and its setup cost more than the
+// automaton spends on the bytes.
+const simdMin = 64
+
+// useSIMD selects the vector validator where the machine has one; tests turn
+// it off to run the automaton alone on the same inputs.
+var useSIMD = haveSIMD
+
+// scan is scanDFA, with the bulk of a long p checked by the vector
+// validator.
+func scan(s uint64, p []byte) (uint64, int) {
+	if useSIMD && len(p) >= simdMin {
+		return scanSIMD(s, p)
+	}
+	return scanDFA(s, p)
+}
+
+// scanSIMD is scanDFA for a p of at least simdMin bytes, with the bulk of p
+// checked by the vector validator.
+func scanSIMD(s uint64, p []byte) (uint64, int) {
+	// Finish the character the last call left open: at most 3 bytes.
+	i := 0
+	for ; s != sAccept && i < len(p); i++ {
+		if s = dfa[p[i]] >> (s & 63) & 63; s == sReject {
+			return sReject, i
+		}
+	}
+	r := 1
+	if len(p)-i >= simdMin {
+		r = lookupAVX2(p[i:])
+	}
+	return afterLookup(p, i, r)
+}
+
+// afterLookup turns r, the vector validator's verdict on p[i:] (which starts
+// at a character boundary), into the automaton's state after p and the offset
+// in p of the first invalid byte. For r == 1, an error somewhere or a body too
+// short to look up, the automaton runs over the body: an error's place is
+// needed, and errors are rare.
+func afterLookup(p []byte, i, r int) (uint64, int) {
+	body := p[i:]
+	switch r {
+	case 0:
+		return sAccept, -1
+	case 2:
+		// Valid so far and ending inside a character: its lead byte is one
+		// of the last three, and the automaton takes it from there.
+		j := len(body) - 1
+		for j > len(body)-3 && body[j]&0xC0 == 0x80 {
+			j--
+		}
+		i += j
+		body = body[j:]
+	}
+	s, k := scanDFA(sAccept, body)
+	if k >= 0 {
+		k += i
+	}
+	return s, k
+}
+
 // UTF8 validates UTF-8 incrementally, across fragment and read boundaries, and
 // fails at the first byte that makes the text invalid: the first byte after
 // which no continuation could make the bytes fed so far valid UTF-8
 // (RFC 3629). Overlong forms, surrogates U+D800-DFFF, code points above
 // U+10FFFF, stray continuation bytes and the bytes C0, C1 and F5-FF are
 // invalid; so E0 80 fails at 80, ED A0 at A0, F4 90 at 90, C0 at C0.
+//
+// On amd64 with AVX2, inputs of 64 bytes or more are checked with vector
+// instructions, 32 bytes at a time, and shorter ones by a table automaton,
+// as everywhere else (and in builds with the purego tag); the results are the
+// same.
 //
 // The zero value is ready to use. A UTF8 holds no reference to the bytes it
 // was fed. It is not safe for concurrent use.
@@ -141,8 +208,12 @@ func (v *UTF8) Feed(p []byte) int {
 	if v.state == sReject {
 		return 0
 	}
-	s, i := scan(v.state, p)
-	v.state = s
+	var i int
+	if useSIMD && len(p) >= simdMin {
+		v.state, i = scanSIMD(v.state, p)
+	} else {
+		v.state, i = scanDFA(v.state, p)
+	}
 	return i
 }
 
@@ -154,8 +225,45 @@ func (v *UTF8) Complete() bool { return v.state == sAccept }
 func (v *UTF8) Reset() { v.state = sAccept }
 
 // ValidUTF8 reports whether p is valid UTF-8 under the same rules as UTF8.
-// ASCII is checked 32 and 8 bytes at a time.
 func ValidUTF8(p []byte) bool {
-	s, _ := scan(sAccept, p)
+	if useSIMD && len(p) >= simdMin {
+		return lookupAVX2(p) == 0
+	}
+	s, _ := scanDFA(sAccept, p)
 	return s == sAccept
+}
+
+// FeedMasked unmasks p in place, as Mask(key, pos, p) does, and feeds the
+// unmasked bytes to v, in one pass over p where the machine allows. It
+// returns the key position after p, for the next call on the same frame, and
+// what Feed would return. All of p is unmasked whatever the verdict. It is
+// for a server's text frames, which arrive masked.
+func (v *UTF8) FeedMasked(key [4]byte, pos int, p []byte) (next, invalidAt int) {
+	if v.state == sReject || !useSIMD || len(p) < simdMin {
+		next = Mask(key, pos, p)
+		return next, v.Feed(p)
+	}
+	next = (pos + len(p)) & 3
+	s, i := v.state, 0
+	for ; s != sAccept && i < len(p); i++ {
+		p[i] ^= key[(pos+i)&3]
+		if s = dfa[p[i]] >> (s & 63) & 63; s == sReject {
+			Mask(key, pos+i+1, p[i+1:])
+			v.state = sReject
+			return next, i
+		}
+	}
+	body := p[i:]
+	pos += i
+	r := 1
+	if len(body) >= simdMin {
+		// The vector code unmasks whole 32-byte blocks; the rest first,
+		// at the same key position since 32 is a multiple of 4.
+		Mask(key, pos, body[len(body)&^31:])
+		r = unmaskLookupAVX2(body, keyWord(key, pos))
+	} else {
+		Mask(key, pos, body)
+	}
+	v.state, invalidAt = afterLookup(p, i, r)
+	return next, invalidAt
 }

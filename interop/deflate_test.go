@@ -108,7 +108,9 @@ func rallyDeflateEcho(t *testing.T, opts *rally.CompressionOptions) string {
 		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
-			c.Write(ctx, typ, p)
+			if err := writeMessage(ctx, c, typ, p); err != nil {
+				t.Logf("echo: %v", err)
+			}
 		},
 		Close: func(c *rally.Conn, ce *rally.CloseError) {
 			if ce.Code != rally.CloseNormal {
@@ -119,6 +121,42 @@ func rallyDeflateEcho(t *testing.T, opts *rally.CompressionOptions) string {
 	hs := httptest.NewServer(ws)
 	t.Cleanup(hs.Close)
 	return hs.Listener.Addr().String()
+}
+
+// writeMessage sends p as one message: with Write, or, above the
+// streaming Writer's 32 KiB buffer, with a Writer in three pieces, so that
+// the peer gets a compressed message in several fragments (RSV1 on the
+// first only).
+func writeMessage(ctx context.Context, c *rally.Conn, typ rally.MessageType, p []byte) error {
+	if len(p) <= 32<<10 {
+		return c.Write(ctx, typ, p)
+	}
+	w, err := c.Writer(ctx, typ)
+	if err != nil {
+		return err
+	}
+	third := len(p) / 3
+	for _, part := range [][]byte{p[:third], p[third : 2*third], p[2*third:]} {
+		if _, err := w.Write(part); err != nil {
+			return err
+		}
+	}
+	return w.Close()
+}
+
+// checkCompressedFragments fails unless l carried a compressed message in
+// fragments: a first frame with RSV1 and without FIN.
+func checkCompressedFragments(t *testing.T, name string, l *wireLog) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.frames {
+		var b0 byte
+		if _, err := fmt.Sscanf(f, "%02x", &b0); err == nil && b0&0xc0 == 0x40 && b0&0x0f != 0 {
+			return
+		}
+	}
+	t.Errorf("%s: no compressed message in fragments (RSV1 without FIN on a first frame)", name)
 }
 
 // rallyClientEchoes dials url with opts, checks the negotiated extension
@@ -140,7 +178,7 @@ func rallyClientEchoes(t *testing.T, url string, opts *rally.DialOptions, want s
 		if m.binary {
 			typ = rally.Binary
 		}
-		if err := c.Write(ctx, typ, m.data); err != nil {
+		if err := writeMessage(ctx, c, typ, m.data); err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
 		gotType, got, err := c.Read(ctx)
@@ -177,6 +215,7 @@ func TestRallyClientTalksCompressedToNpmWsServer(t *testing.T) {
 			tap := newWireTap(t, fmt.Sprintf("127.0.0.1:%d", m.Port))
 			rallyClientEchoes(t, "ws://"+tap.Addr()+"/", &rally.DialOptions{Compression: tc.client}, tc.answer)
 			checkBothWaysCompressed(t, tap)
+			checkCompressedFragments(t, "rally client to npm ws", tap.c2s)
 		})
 	}
 }
@@ -229,6 +268,7 @@ func TestNpmWsClientTalksCompressedToRallyServer(t *testing.T) {
 				t.Errorf("npm ws client: %s, want close 1000", renderNode(m))
 			}
 			checkBothWaysCompressed(t, tap)
+			checkCompressedFragments(t, "rally server to npm ws", tap.s2c)
 		})
 	}
 }

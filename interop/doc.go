@@ -1,5 +1,5 @@
 // Package interop tests rally against the WebSocket peers its users run:
-// npm ws (the reference semantics, see DESIGN.md), undici's WebSocket
+// npm ws (the reference where the RFCs leave a choice), undici's WebSocket
 // client, Python's websockets and headless Chromium.
 //
 // It has no API: everything lives in its tests, which start the real peers

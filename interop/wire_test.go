@@ -18,18 +18,18 @@ import (
 // ws peer of the other role, or a raw peer where the row needs bytes that
 // ws will not send). The row's want is what npm ws does: it must hold for
 // npm ws, which pins the reference, and for rally, unless the row names a
-// deliberate difference (DESIGN.md's contract, or the further ones that
+// deliberate difference (one of the contract's four, or the further ones
 // docs/ARCHITECTURE.md records).
 //
 // Observations read "A: ..." (what A reported: an event, or the result of
 // a call), "A> ..." (the next frame A sent, as the tap saw it: header
 // bytes without mask bit and key, then the payload), and the same for B.
 
-// Deliberate differences, in the words of DESIGN.md's contract section.
+// Deliberate differences named by the contract (docs/ARCHITECTURE.md).
 const (
-	diffUTF8FailFast = "DESIGN.md contract: UTF-8 fails fast at the first bad byte (ws waits for the whole message)"
-	diffVersion426   = "DESIGN.md contract: a wrong Sec-WebSocket-Version gets 426 with Sec-WebSocket-Version: 13 (ws answers 400)"
-	diffSendClosed   = "DESIGN.md contract: a send on a closed connection returns its error at once (ws reports it on the next tick)"
+	diffUTF8FailFast = "contract: UTF-8 fails fast at the first bad byte (ws waits for the whole message)"
+	diffVersion426   = "contract: a wrong Sec-WebSocket-Version gets 426 with Sec-WebSocket-Version: 13 (ws answers 400)"
+	diffSendClosed   = "contract: a send on a closed connection returns its error at once (ws reports it on the next tick)"
 )
 
 // peerKind says what B is.
@@ -525,8 +525,8 @@ func closeFromA(name string, code uint16, reason []byte) row {
 }
 
 // refusedCloseFromA: A's close call is refused, and the connection goes on
-// as if it had not been made. DESIGN.md names a difference here (rally
-// validates before any state changes, ws moves to CLOSING first), but ws
+// as if it had not been made. Older ws differed here (rally validates
+// before any state changes, ws moved to CLOSING first), but ws
 // 8.23.1 validates first too: its close() throws before it changes
 // readyState, and the send that follows goes out. Both sides agree.
 func refusedCloseFromA(name string, code uint16, reason []byte) row {

@@ -31,7 +31,8 @@ const SampleEvery = 16
 type Config struct {
 	// Scenario is the kind of load; required.
 	Scenario Scenario
-	// URL is the ws:// or wss:// address of the server; required.
+	// URL is the ws:// or wss:// address of the server (http:// and
+	// https:// mean the same, as in browsers' WebSocket); required.
 	URL string
 	// Conns is the number of connections (echo, chat, idle) or of parallel
 	// workers (connect). Throughput always uses one connection.
@@ -144,8 +145,10 @@ func (cfg *Config) validate() error {
 	if err != nil {
 		return fmt.Errorf("loadgen: bad URL: %v", redactURLError(err))
 	}
-	if u.Scheme != "ws" && u.Scheme != "wss" {
-		return fmt.Errorf("loadgen: URL scheme %q is not ws or wss", u.Scheme)
+	switch u.Scheme {
+	case "ws", "wss", "http", "https":
+	default:
+		return fmt.Errorf("loadgen: URL scheme %q is not ws, wss, http or https", u.Scheme)
 	}
 	if u.Host == "" {
 		return errors.New("loadgen: URL has no host")

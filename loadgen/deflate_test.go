@@ -2,7 +2,6 @@ package loadgen_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/base64"
@@ -44,21 +43,30 @@ func (c countingConn) Read(p []byte) (int, error) {
 }
 
 // rallyEcho serves a rally echo server configured with compression and
-// returns its ws:// URL and the count of bytes it received.
-func rallyEcho(t *testing.T, compression *rally.CompressionOptions) (string, *atomic.Int64) {
+// returns its ws:// URL, the count of bytes it received, and a channel
+// closed once it has echoed n messages (with n more than the client keeps
+// in flight, the client has counted replies by then).
+func rallyEcho(t *testing.T, compression *rally.CompressionOptions, n int64) (string, *atomic.Int64, <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := &atomic.Int64{}
+	var echoed atomic.Int64
+	enough := make(chan struct{})
 	srv := &http.Server{Handler: &rally.Server{
 		Options: &rally.AcceptOptions{Compression: compression},
-		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) { c.Send(typ, p) },
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			c.Send(typ, p)
+			if echoed.Add(1) == n {
+				close(enough)
+			}
+		},
 	}}
 	go srv.Serve(countingListener{ln, in})
 	t.Cleanup(func() { srv.Close() })
-	return "ws://" + ln.Addr().String() + "/", in
+	return "ws://" + ln.Addr().String() + "/", in, enough
 }
 
 func TestRunNegotiatesCompressionAndSendsEveryMessageCompressed(t *testing.T) {
@@ -76,8 +84,8 @@ func TestRunNegotiatesCompressionAndSendsEveryMessageCompressed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			url, in := rallyEcho(t, tc.server)
-			res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: url, Conns: 3, InFlight: 2, Size: tc.size, Text: true, Compress: true})
+			url, in, enough := rallyEcho(t, tc.server, 300) // enough for the handshakes to weigh little
+			res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: url, Conns: 3, InFlight: 2, Size: tc.size, Text: true, Compress: true}, enough)
 			if res.Errors != 0 || res.Messages == 0 {
 				t.Fatalf("%d replies, %d errors %q", res.Messages, res.Errors, res.ErrorSamples)
 			}
@@ -95,9 +103,9 @@ func TestRunNegotiatesCompressionAndSendsEveryMessageCompressed(t *testing.T) {
 }
 
 func TestRunWithCompressionDeclinedRunsUncompressed(t *testing.T) {
-	url, in := rallyEcho(t, nil)
+	url, in, enough := rallyEcho(t, nil, 8)
 	const size = 4000
-	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: url, Conns: 2, Size: size, Compress: true})
+	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: url, Conns: 2, Size: size, Compress: true}, enough)
 	if res.Errors != 0 || res.Messages == 0 || res.CompressedConns != 0 {
 		t.Fatalf("%d replies, %d errors %q, %d compressed; want replies, no error, none compressed", res.Messages, res.Errors, res.ErrorSamples, res.CompressedConns)
 	}
@@ -107,8 +115,8 @@ func TestRunWithCompressionDeclinedRunsUncompressed(t *testing.T) {
 }
 
 func TestRunWithCompressionThroughputAndChatAgainstRally(t *testing.T) {
-	url, _ := rallyEcho(t, &rally.CompressionOptions{})
-	res := run(t, loadgen.Config{Scenario: loadgen.Throughput, URL: url, Size: 64 << 10, Text: true, Compress: true})
+	url, _, enough := rallyEcho(t, &rally.CompressionOptions{}, 8)
+	res := run(t, loadgen.Config{Scenario: loadgen.Throughput, URL: url, Size: 64 << 10, Text: true, Compress: true}, enough)
 	if res.Errors != 0 || res.Messages == 0 || res.CompressedConns != 1 {
 		t.Fatalf("throughput: %d replies, %d errors %q, %d compressed", res.Messages, res.Errors, res.ErrorSamples, res.CompressedConns)
 	}
@@ -190,11 +198,10 @@ func TestRunOffersCompressionAndRefusesAnAnswerItCannotHonour(t *testing.T) {
 }
 
 func TestMainRunsWithCompressAndSaysHowManyConnectionsCompressed(t *testing.T) {
-	url, _ := rallyEcho(t, &rally.CompressionOptions{ServerNoContextTakeover: true})
-	var out, errOut bytes.Buffer
-	code := loadgen.Main([]string{"echo", url, "--compress", "--conns", "2", "--size", "2000", "--duration", "300ms", "--warmup", "0"}, &out, &errOut)
-	if code != 0 || !strings.Contains(out.String(), "permessage-deflate accepted on 2 connections") {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	url, _, enough := rallyEcho(t, &rally.CompressionOptions{ServerNoContextTakeover: true}, 8)
+	code, out, errOut := runMain(t, enough, "echo", url, "--compress", "--conns", "2", "--size", "2000")
+	if code != 0 || !strings.Contains(out, "permessage-deflate accepted on 2 connections") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

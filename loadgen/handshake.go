@@ -38,7 +38,7 @@ func newTarget(rawURL string, insecure, compress bool) (*target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: bad URL: %v", redactURLError(err))
 	}
-	t := &target{tls: u.Scheme == "wss", insecure: insecure, host: u.Hostname(), compress: compress}
+	t := &target{tls: u.Scheme == "wss" || u.Scheme == "https", insecure: insecure, host: u.Hostname(), compress: compress}
 	port := u.Port()
 	if port == "" {
 		port = "80"

@@ -16,24 +16,73 @@ import (
 	"github.com/rallyws/rally/loadgen"
 )
 
-// run runs cfg with short windows and checks that Run left no goroutine
-// of its own behind.
-func run(t *testing.T, cfg loadgen.Config) *loadgen.Result {
+// run runs cfg until enough is closed (an event of the server: it has
+// read enough messages for the client to have counted some), then ends
+// the run as an interrupt would, and checks that Run left no goroutine of
+// its own behind. The window is open from the start. With a nil enough,
+// the run lasts cfg.Duration: for outcomes that do not depend on how much
+// happened in it.
+func run(t *testing.T, cfg loadgen.Config, enough <-chan struct{}) *loadgen.Result {
 	t.Helper()
 	if cfg.Duration == 0 {
-		cfg.Duration = 300 * time.Millisecond
+		cfg.Duration = time.Hour
+		if enough == nil {
+			cfg.Duration = 300 * time.Millisecond
+		}
 	}
 	if cfg.Warmup == 0 {
-		cfg.Warmup = 50 * time.Millisecond
+		cfg.Warmup = -1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-enough:
+			cancel()
+		case <-stop:
+		}
+	}()
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	checkNoLoadgenGoroutines(t)
 	return res
+}
+
+// errorsSeen sets cfg.Progress to close the channel it returns once the
+// run has counted an error (progress is reported about once a second).
+func errorsSeen(cfg *loadgen.Config) <-chan struct{} {
+	seen := make(chan struct{})
+	closed := false
+	cfg.Progress = func(p loadgen.Progress) {
+		if p.Errors > 0 && !closed {
+			closed = true
+			close(seen)
+		}
+	}
+	return seen
+}
+
+// runMain is loadgen.Main with args, ended as an interrupt would once
+// enough is closed.
+func runMain(t *testing.T, enough <-chan struct{}, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer loadgen.SetMainContext(ctx)()
+	go func() {
+		select {
+		case <-enough:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var out, errOut bytes.Buffer
+	code := loadgen.Main(append(args, "--duration", "1h", "--warmup", "0"), &out, &errOut)
+	return code, out.String(), errOut.String()
 }
 
 // checkNoLoadgenGoroutines fails if a goroutine of Run outlived it. A
@@ -78,7 +127,7 @@ func TestEchoCountsRepliesOfACorrectServerWithoutErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServer(t, tc.reply)
-			res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 3, Size: tc.size, Text: tc.text, InFlight: tc.inflight})
+			res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 3, Size: tc.size, Text: tc.text, InFlight: tc.inflight}, s.enough(int64(3*tc.inflight+4), 0))
 			if res.Errors != 0 {
 				t.Fatalf("errors %d: %v", res.Errors, res.ErrorSamples)
 			}
@@ -108,7 +157,10 @@ func TestEchoReportsCorruptedRepliesAsErrorsNotMessages(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServer(t, tc.reply)
-			res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 2, Size: 64, Text: true})
+			// Some corruptions stop the connection without a close: the
+			// event is the error, as the run's progress reports it.
+			cfg := loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 2, Size: 64, Text: true}
+			res := run(t, cfg, errorsSeen(&cfg))
 			if res.Errors == 0 {
 				t.Fatalf("no error counted for corrupted replies: %+v", res)
 			}
@@ -124,7 +176,7 @@ func TestEchoReportsCorruptedRepliesAsErrorsNotMessages(t *testing.T) {
 
 func TestEchoComparesTheBytesOfOneReplyInSampleEvery(t *testing.T) {
 	s := startServer(t, flippedByteReply)
-	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/"), Conns: 1, Size: 32, Warmup: -1})
+	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/"), Conns: 1, Size: 32}, s.enough(20*loadgen.SampleEvery, 0))
 	seen := res.Messages + res.Errors
 	if res.Errors*loadgen.SampleEvery < seen-loadgen.SampleEvery || res.Errors*loadgen.SampleEvery > seen+loadgen.SampleEvery {
 		t.Errorf("%d errors in %d replies, want one in %d", res.Errors, seen, loadgen.SampleEvery)
@@ -132,8 +184,8 @@ func TestEchoComparesTheBytesOfOneReplyInSampleEvery(t *testing.T) {
 }
 
 func TestThroughputChecksTheMaskedRepliesOfAVerbatimEchoServer(t *testing.T) {
-	url := startVerbatimServer(t)
-	res := run(t, loadgen.Config{Scenario: loadgen.Throughput, URL: url, Size: 256 << 10, InFlight: 2, VerbatimEcho: true})
+	url, enough := startVerbatimServer(t, 4*(256<<10+14))
+	res := run(t, loadgen.Config{Scenario: loadgen.Throughput, URL: url, Size: 256 << 10, InFlight: 2, VerbatimEcho: true}, enough)
 	if res.Errors != 0 || res.Messages == 0 || res.MiBPerSecond <= 0 {
 		t.Fatalf("want replies without errors, got %d replies, %d errors %v", res.Messages, res.Errors, res.ErrorSamples)
 	}
@@ -144,7 +196,7 @@ func TestThroughputChecksTheMaskedRepliesOfAVerbatimEchoServer(t *testing.T) {
 
 func TestEchoRunsOverTLSWithAnUnverifiedCertificateWhenAsked(t *testing.T) {
 	s := startTLSServer(t, echoReply)
-	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 2, Size: 200, InsecureTLS: true})
+	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/echo"), Conns: 2, Size: 200, InsecureTLS: true}, s.enough(4, 0))
 	if res.Errors != 0 || res.Messages == 0 {
 		t.Fatalf("got %d replies, %d errors %v", res.Messages, res.Errors, res.ErrorSamples)
 	}
@@ -156,7 +208,9 @@ func TestEchoRunsOverTLSWithAnUnverifiedCertificateWhenAsked(t *testing.T) {
 
 func TestChatCountsEveryDeliveryToEveryClient(t *testing.T) {
 	s := startServer(t, chatReply)
-	res := run(t, loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 4, Size: 100, Text: true, InFlight: 2})
+	// Round 2 has begun once the server reads more than a round's 4x2
+	// messages: every client has then counted the 4x2 deliveries of round 1.
+	res := run(t, loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 4, Size: 100, Text: true, InFlight: 2}, s.enough(9, 0))
 	if res.Errors != 0 {
 		t.Fatalf("errors %d: %v", res.Errors, res.ErrorSamples)
 	}
@@ -167,7 +221,8 @@ func TestChatCountsEveryDeliveryToEveryClient(t *testing.T) {
 
 func TestChatReportsAServerThatOnlyEchoesToTheSender(t *testing.T) {
 	s := startServer(t, echoReply)
-	res := run(t, loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 3, Size: 16})
+	// No round ever completes, whatever the window's length.
+	res := run(t, loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 3, Size: 16}, nil)
 	if res.Errors == 0 || !containsAny(res.ErrorSamples, "no round completed") {
 		t.Fatalf("want the incomplete rounds reported, got %d errors %v", res.Errors, res.ErrorSamples)
 	}
@@ -175,7 +230,8 @@ func TestChatReportsAServerThatOnlyEchoesToTheSender(t *testing.T) {
 
 func TestConnectCountsOpeningHandshakesAndClosesEachConnection(t *testing.T) {
 	s := startServer(t, echoReply)
-	res := run(t, loadgen.Config{Scenario: loadgen.Connect, URL: s.url("/"), Conns: 4})
+	// A fifth handshake means a worker has counted its first.
+	res := run(t, loadgen.Config{Scenario: loadgen.Connect, URL: s.url("/"), Conns: 4}, s.enough(0, 5))
 	if res.Errors != 0 || res.Messages == 0 || res.Unit != "handshakes" {
 		t.Fatalf("got %d handshakes, %d errors %v", res.Messages, res.Errors, res.ErrorSamples)
 	}
@@ -187,9 +243,18 @@ func TestIdleHoldsConnectionsAnswersPingsAndReadsServerMemory(t *testing.T) {
 	}
 	s := startServer(t, echoReply)
 	s.onOpen = func(c *serverConn) { c.write(serverFrame(0x9, []byte("ping"), true)) }
-	res := run(t, loadgen.Config{Scenario: loadgen.Idle, URL: s.url("/"), Conns: 20, ServerPID: os.Getpid()})
-	for range 20 {
-		if p := <-s.pongs; string(p) != "ping" {
+	// The run is held until every connection has answered its ping.
+	answered := make(chan struct{})
+	var pongs []string
+	go func() {
+		for range 20 {
+			pongs = append(pongs, string(<-s.pongs))
+		}
+		close(answered)
+	}()
+	res := run(t, loadgen.Config{Scenario: loadgen.Idle, URL: s.url("/"), Conns: 20, ServerPID: os.Getpid()}, answered)
+	for _, p := range pongs {
+		if p != "ping" {
 			t.Fatalf("pong carries %q, want the ping's data", p)
 		}
 	}
@@ -213,7 +278,7 @@ func TestRunRefusesAServerWithAWrongAcceptValue(t *testing.T) {
 func TestResultHidesCredentialsOfTheURLButSendsThemAsBasicAuth(t *testing.T) {
 	s := startServer(t, echoReply)
 	u := strings.Replace(s.url("/echo?token=s3cret"), "ws://", "ws://user:hunter2@", 1)
-	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: u, Conns: 1})
+	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: u, Conns: 1}, s.enough(2, 0))
 	if strings.Contains(res.URL, "hunter2") || strings.Contains(res.URL, "s3cret") {
 		t.Errorf("result URL %q shows a secret", res.URL)
 	}
@@ -232,7 +297,9 @@ func TestRunWithServerPIDReportsServerCPUAndMachineLoad(t *testing.T) {
 		t.Skip("no /proc on this system")
 	}
 	s := startServer(t, echoReply)
-	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/"), Conns: 2, ServerPID: os.Getpid()})
+	// CPU time and the machine's counters advance in ticks: the run lasts
+	// until the server has done enough work for some to pass.
+	res := run(t, loadgen.Config{Scenario: loadgen.Echo, URL: s.url("/"), Conns: 2, ServerPID: os.Getpid()}, s.enough(5000, 0))
 	if res.Server == nil || res.Server.PID != os.Getpid() || res.Server.PeakRSSBytes <= 0 {
 		t.Fatalf("server stats missing: %+v", res.Server)
 	}
@@ -290,14 +357,13 @@ func TestPayloadIsValidUTF8TextOfExactlyTheSize(t *testing.T) {
 func TestMainPrintsJSONAndWritesASelfContainedHTMLReport(t *testing.T) {
 	s := startServer(t, echoReply)
 	page := filepath.Join(t.TempDir(), "report.html")
-	var out, errOut bytes.Buffer
-	code := loadgen.Main([]string{"echo", s.url("/echo"), "--conns", "2", "--duration", "1200ms", "--warmup=0", "--json", "--html", page}, &out, &errOut)
+	code, out, errOut := runMain(t, s.enough(4, 0), "echo", s.url("/echo"), "--conns", "2", "--json", "--html", page)
 	if code != 0 {
-		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	var res loadgen.Result
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatalf("stdout is not JSON: %v\n%s", err, out.String())
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
 	}
 	if res.Scenario != loadgen.Echo || res.Conns != 2 || !res.Text || res.Messages == 0 {
 		t.Errorf("JSON result %+v", res)
@@ -309,29 +375,31 @@ func TestMainPrintsJSONAndWritesASelfContainedHTMLReport(t *testing.T) {
 	if !bytes.Contains(html, []byte("<svg")) || bytes.Contains(html, []byte("src=")) || bytes.Contains(html, []byte("href=")) {
 		t.Errorf("HTML report is not a self-contained page with inline SVG")
 	}
-	if errOut.Len() != 0 {
-		t.Errorf("progress written to a stderr that is not a terminal: %q", errOut.String())
+	if errOut != "" {
+		t.Errorf("progress written to a stderr that is not a terminal: %q", errOut)
 	}
 }
 
 func TestMainPrintsASummaryWithRateLatencyAndErrors(t *testing.T) {
 	s := startServer(t, echoReply)
-	var out, errOut bytes.Buffer
-	code := loadgen.Main([]string{"--duration=200ms", "echo", "--warmup", "0", s.url("/"), "--server-pid", strconv.Itoa(os.Getpid())}, &out, &errOut)
+	// The CPU time of a process is counted in ticks: the run lasts until
+	// the server has done enough work for some to show.
+	code, out, errOut := runMain(t, s.enough(5000, 0), "echo", s.url("/"), "--server-pid", strconv.Itoa(os.Getpid()))
 	if code != 0 {
-		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	for _, want := range []string{"replies/s", "p50", "p99", "errors    0", "CPU per reply,"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
 	}
 }
 
 func TestMainExitsWith1WhenTheRunCountedErrors(t *testing.T) {
 	s := startServer(t, shortReply)
-	var out, errOut bytes.Buffer
-	if code := loadgen.Main([]string{"echo", s.url("/"), "--duration=200ms", "--warmup=0"}, &out, &errOut); code != 1 {
+	// Every reply is a byte short; once the server has read more than the
+	// 2 connections keep in flight, the client has checked a reply.
+	if code, _, _ := runMain(t, s.enough(4, 0), "echo", s.url("/"), "--conns", "2"); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 }
@@ -341,7 +409,9 @@ func TestMainRejectsBadUsageWith2(t *testing.T) {
 		{},
 		{"echo"},
 		{"ping", "ws://127.0.0.1:1/"},
-		{"echo", "http://127.0.0.1:1/"},
+		{"echo", "ftp://127.0.0.1:1/"},
+		{"echo", "ws://127.0.0.1:1/", "--conns", "0"},
+		{"echo", "ws://127.0.0.1:1/", "--bogus"},
 		{"echo", "ws://127.0.0.1:1/", "--conns", "many"},
 	} {
 		var out, errOut bytes.Buffer

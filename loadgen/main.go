@@ -3,7 +3,6 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,18 +10,22 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/rallyws/rally/internal/cli"
 )
 
-const usage = `usage: rally bench echo|chat|throughput|connect|idle URL [flags]
+const usage = `Usage: rally bench echo|chat|throughput|connect|idle URL [flags]
 
-Drives load against any WebSocket server at URL (ws:// or wss://) and prints
-the rate, latency percentiles and errors it measured.
+Drives load against any WebSocket server at URL (ws://, wss://, or http://
+and https:// for the same) and prints the rate, latency percentiles and
+errors it measured.
 
   echo        --conns connections, each keeping --inflight messages of
               --size bytes outstanding; counts replies
   chat        --conns clients of one room: the server must deliver every
-              message to every client, the sender included; each round,
-              every client sends --inflight messages; counts deliveries
+              message to every client, the sender included (rally serve's
+              /chat does); each round, every client sends --inflight
+              messages; counts deliveries
   throughput  one connection, --size (default 256 KiB) binary messages
   connect     --conns workers opening and closing connections; counts
               opening handshakes
@@ -39,12 +42,7 @@ Flags:
 // terminal. Interrupting the process cuts the window short and still
 // prints what was measured.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("rally bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("rally bench")
 	var cfg Config
 	fs.IntVar(&cfg.Conns, "conns", 0, "connections, clients or workers (default: echo 64, chat 32, connect 16, idle 1000)")
 	fs.IntVar(&cfg.Size, "size", 0, "payload bytes of each message (default 16; throughput 262144)")
@@ -58,43 +56,24 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report to this file")
 
-	var positional []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		rest = fs.Args()[1:]
+	positional, err := cli.Parse(fs, args)
+	if err == nil && len(positional) != 2 {
+		err = cli.Usagef("want a scenario and a URL, got %d arguments", len(positional))
 	}
-	if len(positional) != 2 {
-		fmt.Fprintf(stderr, "rally bench: want a scenario and a URL, got %d arguments\n\n", len(positional))
-		fs.Usage()
-		return 2
+	if err == nil {
+		cfg.Scenario = Scenario(positional[0])
+		cfg.URL = positional[1]
+		err = checkFlags(fs, &cfg)
 	}
-	cfg.Scenario = Scenario(positional[0])
-	cfg.URL = positional[1]
-	if cfg.Warmup == 0 {
-		cfg.Warmup = -1
+	help := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		cli.PrintFlags(w, fs)
 	}
-	textSet := false
-	fs.Visit(func(f *flag.Flag) { textSet = textSet || f.Name == "text" })
-	if !textSet {
-		cfg.Text = cfg.Scenario == Echo || cfg.Scenario == Chat
-	}
-	d := Defaults(cfg)
-	if err := d.validate(); err != nil {
-		fmt.Fprintf(stderr, "rally bench: %v\n", strings.TrimPrefix(err.Error(), "loadgen: "))
-		return 2
+	if status := cli.Exit("rally bench", err, stdout, stderr, help); status >= 0 {
+		return status
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(mainContext(), os.Interrupt)
 	defer stop()
 	live := isTerminal(stderr)
 	if live {
@@ -126,6 +105,39 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// checkFlags fills in what the command line left to defaults and checks
+// the result; its error is a usage error.
+func checkFlags(fs *flag.FlagSet, cfg *Config) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range []string{"conns", "size", "inflight", "server-pid"} {
+		if v := fs.Lookup(name).Value.(flag.Getter).Get().(int); given[name] && v <= 0 && (name != "size" || v < 0) {
+			return cli.Usagef("--%s is %d; it must be more than 0", name, v)
+		}
+	}
+	if given["duration"] && cfg.Duration <= 0 {
+		return cli.Usagef("--duration is %v; it must be more than 0", cfg.Duration)
+	}
+	if cfg.Warmup < 0 {
+		return cli.Usagef("--warmup must not be negative")
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = -1
+	}
+	if !given["text"] {
+		cfg.Text = cfg.Scenario == Echo || cfg.Scenario == Chat
+	}
+	d := Defaults(*cfg)
+	if err := d.validate(); err != nil {
+		return cli.Usagef("%s", strings.TrimPrefix(err.Error(), "loadgen: "))
+	}
+	return nil
+}
+
+// mainContext is the context Main runs under until an interrupt; tests
+// replace it to end a run on an event instead of a clock.
+var mainContext = context.Background
 
 // writeProgress draws one line of live progress: a bar over the window,
 // the rate of the last second, the errors so far.

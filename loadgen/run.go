@@ -621,7 +621,9 @@ func (r *run) connect(ctx context.Context, res *Result) error {
 				nc, rest, err := r.target.dial(cctx, true)
 				t1 := r.now()
 				if err != nil {
-					r.failed(err)
+					if ctx.Err() == nil { // an interrupt is not the server's error
+						r.failed(err)
+					}
 					continue
 				}
 				w.live.Add(1)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -34,6 +35,54 @@ type testServer struct {
 	authz   []string
 	pongs   chan []byte
 	closing bool
+
+	// What the server has seen, for tests that wait for an event: data
+	// messages read, handshakes answered, connections that ended after
+	// their handshake, and the channels to close when enough happened.
+	data, handshakes int64
+	ended            bool
+	waiters          []waiter
+}
+
+// waiter is a channel to close once the server has read messages data
+// messages or answered handshakes handshakes, or once a connection ended.
+type waiter struct {
+	messages, handshakes int64
+	ch                   chan struct{}
+}
+
+// enough returns a channel closed once the server has read messages data
+// messages (0: any number) and answered handshakes handshakes, or as soon
+// as a connection ends after its handshake (the client saw something it
+// did not like, or the run is over).
+func (s *testServer) enough(messages, handshakes int64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := waiter{messages, handshakes, make(chan struct{})}
+	s.waiters = append(s.waiters, w)
+	s.wakeLocked()
+	return w.ch
+}
+
+// saw records an event (one of the counters advanced, or ended set) and
+// closes the channels whose wait is over.
+func (s *testServer) saw(event func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	event()
+	s.wakeLocked()
+}
+
+func (s *testServer) wakeLocked() {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if s.ended || s.data >= w.messages && s.handshakes >= w.handshakes {
+			close(w.ch)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	s.waiters = kept
 }
 
 // serverConn is one accepted connection; writes are serialised.
@@ -157,6 +206,8 @@ func (s *testServer) handle(c *serverConn) {
 		accept = s.accept
 	}
 	c.write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + accept + "\r\n\r\n"))
+	s.saw(func() { s.handshakes++ })
+	defer s.saw(func() { s.ended = true })
 	if s.onOpen != nil {
 		s.onOpen(c)
 	}
@@ -178,6 +229,7 @@ func (s *testServer) handle(c *serverConn) {
 			}
 		default:
 			s.reply(s, c, op, payload)
+			s.saw(func() { s.data++ })
 		}
 	}
 }
@@ -289,7 +341,11 @@ func chatReply(s *testServer, _ *serverConn, op byte, p []byte) {
 
 // startVerbatimServer answers the handshake, then returns every byte it
 // receives unchanged: a raw TCP echo.
-func startVerbatimServer(t *testing.T) string {
+// The channel returned is closed once it has echoed echoed bytes.
+func startVerbatimServer(t *testing.T, echoed int64) (string, <-chan struct{}) {
+	enough := make(chan struct{})
+	var total atomic.Int64
+	var once sync.Once
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +376,19 @@ func startVerbatimServer(t *testing.T) string {
 				h := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 				nc.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Accept: " +
 					base64.StdEncoding.EncodeToString(h[:]) + "\r\n\r\n"))
-				io.Copy(nc, br)
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := br.Read(buf)
+					if n > 0 {
+						nc.Write(buf[:n])
+						if total.Add(int64(n)) >= echoed {
+							once.Do(func() { close(enough) })
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
 			}()
 		}
 	}()
@@ -333,7 +401,7 @@ func startVerbatimServer(t *testing.T) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	return "ws://" + ln.Addr().String() + "/"
+	return "ws://" + ln.Addr().String() + "/", enough
 }
 
 func containsAny(list []string, sub string) bool {

@@ -32,6 +32,12 @@ type Options struct {
 	// a message from another node that could not be delivered. nil means
 	// they are logged with slog.Default().
 	OnError func(err error)
+
+	// OnDeliver, when set, is told what became of each message that
+	// arrived from another node through the broker, after it was fanned
+	// out to this hub's subscribers (its own publishes are counted by the
+	// Result of Publish). It runs on the broker's goroutine: keep it short.
+	OnDeliver func(m Message, r Result)
 }
 
 // Hub is a set of topics and their subscribers, which are rally
@@ -44,6 +50,7 @@ type Hub struct {
 	detached      atomic.Bool
 	node          string
 	onError       func(error)
+	onDeliver     func(Message, Result)
 
 	mu      sync.RWMutex
 	topics  map[string]*subscribers
@@ -78,6 +85,7 @@ func NewHub(opts *Options) (*Hub, error) {
 	}
 	h.publishToSelf = opts.PublishToSelf
 	h.onError = opts.OnError
+	h.onDeliver = opts.OnDeliver
 	h.node = opts.Node
 	if h.node == "" {
 		var b [8]byte
@@ -401,7 +409,10 @@ func (r receiver) Deliver(m Message) {
 		r.h.report(fmt.Errorf("pubsub: message from node %q on topic %q has type %v, not Text or Binary", m.Node, m.Topic, m.Type))
 		return
 	}
-	r.h.deliver(nil, m.Topic, m.Type, m.Payload)
+	res := r.h.deliver(nil, m.Topic, m.Type, m.Payload)
+	if r.h.onDeliver != nil {
+		r.h.onDeliver(m, res)
+	}
 }
 
 func (r receiver) Error(err error) { r.h.report(err) }

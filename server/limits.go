@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -85,7 +87,13 @@ func (s *Server) handshakeError(r *http.Request, err error) {
 	if r != nil {
 		path = r.URL.Path
 	}
-	s.log.Debug("handshake failed", "path", path, "reason", reason, "err", err)
+	// A refusal (a rule broken, such as a foreign Origin) is the client's
+	// or an attacker's doing and worth seeing; an I/O failure is noise.
+	level := slog.LevelInfo
+	if reason == "io" {
+		level = slog.LevelDebug
+	}
+	s.log.Log(context.Background(), level, "handshake refused", "path", path, "reason", reason, "err", err)
 }
 
 // opened and closed count the connections of an endpoint, and end each

@@ -78,6 +78,17 @@ func newMetrics() *metrics {
 		m.handshakeFails, m.refusals, m.closeCodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// Every refusal and drop series exists from the start at 0, so that a
+	// dashboard or an alert sees it before the first one happens.
+	for _, limit := range []string{"connections", "handshake_rate", "subscriptions", "message_size", "api_key", "header_timeout"} {
+		m.refusals.WithLabelValues(limit)
+	}
+	for _, reason := range []string{"unauthorized", "origin", "handshake_rate", "connections", "shutting_down", "bad_request", "version", "io"} {
+		m.handshakeFails.WithLabelValues(reason)
+	}
+	for _, reason := range []string{"buffer_limit", "broker", "reply"} {
+		m.drops.WithLabelValues(reason)
+	}
 	return m
 }
 

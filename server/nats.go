@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -77,6 +78,9 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 	stop = func() {}
 	addr := n.URL
 	if n.Embedded != "" {
+		if err := portFree(n.Embedded, n.Cluster); err != nil {
+			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
+		}
 		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster,
 			natsbroker.WithClientAuth(n.User, n.Password, n.Token),
 			natsbroker.WithClusterAuth(n.ClusterUser, n.ClusterPassword))
@@ -274,6 +278,23 @@ func (s *Server) natsReady() error {
 	}
 	if e := s.embeddedNATS; e != nil && len(s.cfg.NATS.Routes) > 0 && e.Routes() == 0 {
 		return errors.New("no route to the other NATS servers")
+	}
+	return nil
+}
+
+// portFree says at once when an address the embedded NATS server is to
+// listen on is taken, which the server itself would only show by never
+// becoming ready.
+func portFree(addrs ...string) error {
+	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return err
+		}
+		ln.Close()
 	}
 	return nil
 }

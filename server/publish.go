@@ -78,7 +78,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		}
 		data = buf.Bytes()
 	case utf8.Valid(body):
-		data, _ = json.Marshal(string(body))
+		data = jsonString(body)
 	default:
 		b64 = true
 		data = make([]byte, 0, base64.StdEncoding.EncodedLen(len(body))+2)
@@ -112,7 +112,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// jsonString returns text (valid UTF-8) as a JSON string, with only what
+// JSON requires escaped: "d->c" stays "d->c", not "d-\u003ec".
+func jsonString(text []byte) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(string(text))
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // stats serves GET /stats, the live counters of the demo page.

@@ -1,8 +1,8 @@
 // Package server is the runnable WebSocket server behind `rally serve`:
 // topic pub/sub for browsers and other clients on /ws (a small JSON
 // protocol, docs/PROTOCOL.md), an HTTP publish API for backends, an echo
-// endpoint, token auth, limits, Prometheus metrics and a demo page, on one
-// machine or on several joined by NATS.
+// endpoint and a chat room for tools, token auth, limits, Prometheus
+// metrics and a demo page, on one machine or on several joined by NATS.
 //
 // It is for running rally as a program (or embedding that program in
 // another); to build a server of your own design, use the rally and
@@ -12,11 +12,13 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"path"
@@ -115,6 +117,7 @@ type Server struct {
 	mux    *http.ServeMux
 	echo   *rally.Server
 	ws     *rally.Server
+	chat   *rally.Server
 	hub    *pubsub.Hub
 	m      *metrics
 	secret []byte
@@ -131,6 +134,7 @@ type Server struct {
 	closers []func() // run at the end of shutdown (brokers, embedded servers)
 
 	embeddedNATS *natsbroker.Embedded // nil without --embedded-nats
+	tls          *tls.Config          // nil without TLSCert
 
 	closedHook func() // tests: called when a connection has ended
 }
@@ -138,6 +142,9 @@ type Server struct {
 // New returns a server for cfg with defaults filled in, or an error that
 // says which setting is wrong.
 func New(cfg Config) (*Server, error) {
+	if err := cfg.checkNumbers(); err != nil {
+		return nil, err
+	}
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:8080"
 	}
@@ -161,6 +168,16 @@ func New(cfg Config) (*Server, error) {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("rally serve: --tls-cert and --tls-key go together")
 	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		// Loaded now, so that a missing or wrong file is said before
+		// anything is announced.
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("rally serve: --tls-cert and --tls-key: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	if cfg.TokenSecret != "" && len(cfg.TokenSecret) < 32 {
 		return nil, fmt.Errorf("rally serve: the token secret is %d bytes; HS256 needs at least 32 (e.g. `openssl rand -hex 32`)", len(cfg.TokenSecret))
 	}
@@ -182,7 +199,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embedded}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embedded, tls: tlsConfig}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -196,6 +213,9 @@ func New(cfg Config) (*Server, error) {
 		OnError: func(err error) {
 			s.log.Warn("pub/sub across nodes", "err", err)
 		},
+		// Messages from other nodes reach this node's subscribers without
+		// passing through a handler here: count them as they are fanned out.
+		OnDeliver: func(m pubsub.Message, res pubsub.Result) { s.delivered(res, len(m.Payload)) },
 	})
 	if err != nil {
 		if cfg.Broker != nil {
@@ -243,10 +263,21 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.ws = &rally.Server{Options: wsOpts, Open: s.wsOpen, Message: s.wsMessage, Close: s.wsClose}
 
+	// /chat is one room: what a client sends, every client gets. Its
+	// messages, pages and tokens are checked as /ws's are.
+	chatOpts := *wsOpts
+	chatOpts.Authorize = s.authorize("chat")
+	s.chat = &rally.Server{Options: &chatOpts, Open: s.chatOpen, Message: s.chatMessage, Close: s.closed("chat")}
+
 	s.mux = http.NewServeMux()
 	s.mux.Handle("GET /echo", s.limit(s.echo))
 	s.mux.Handle("GET /ws", s.limit(s.ws))
-	s.mux.HandleFunc("POST /publish/{topic}", s.publish)
+	s.mux.Handle("GET /chat", s.limit(s.chat))
+	s.mux.HandleFunc("POST /publish/{topic...}", s.publish)
+	s.mux.HandleFunc("/publish/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", "publish with POST /publish/{topic}")
+	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
@@ -330,8 +361,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ln = s.harden(ctx, hs, ln)
 	errc := make(chan error, 1)
 	go func() {
-		if s.cfg.TLSCert != "" {
-			errc <- hs.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+		if s.tls != nil {
+			hs.TLSConfig = s.tls.Clone()
+			errc <- hs.ServeTLS(ln, "", "")
 			return
 		}
 		errc <- hs.Serve(ln)
@@ -351,7 +383,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// they get their 1001 from the WebSocket servers.
 	hs.Shutdown(sctx)
 	var wg sync.WaitGroup
-	for _, ws := range []*rally.Server{s.echo, s.ws} {
+	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
 		wg.Go(func() { ws.Shutdown(sctx) })
 	}
 	wg.Wait()
@@ -381,12 +413,13 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	if s.cfg.TLSCert != "" {
 		http, ws = "https", "wss"
 	}
-	a := ln.Addr()
-	fmt.Fprintf(out, "rally serve: listening on %s://%s (node %s)\n", http, a, s.hub.Node())
+	a, where := browserAddr(s.cfg.Addr, ln.Addr())
+	fmt.Fprintf(out, "rally serve: listening on %s (node %s)\n", where, s.hub.Node())
 	fmt.Fprintf(out, "  demo:     %s://%s/\n", http, a)
 	fmt.Fprintf(out, "  pub/sub:  %s://%s/ws\n", ws, a)
 	fmt.Fprintf(out, "  publish:  POST %s://%s/publish/{topic}\n", http, a)
 	fmt.Fprintf(out, "  echo:     %s://%s/echo\n", ws, a)
+	fmt.Fprintf(out, "  chat:     %s://%s/chat (one room, for rally bench chat)\n", ws, a)
 	fmt.Fprintf(out, "  metrics:  %s://%s/metrics\n", http, a)
 	if e := s.embeddedNATS; e != nil {
 		fmt.Fprintf(out, "  NATS:     embedded server for other nodes' --nats at %s\n", e.ClientURL())
@@ -412,4 +445,44 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "  publish API: closed (set --api-key to open it)\n")
 	}
 	return s.Serve(ctx, ln)
+}
+
+// browserAddr returns the HOST:PORT to put in the URLs announced for a
+// server told to listen on given and listening on actual, and how to
+// describe where it listens. The host is the one given (a name stays a
+// name); a wildcard host (":8080", "0.0.0.0", "[::]") becomes localhost,
+// which a browser on this machine can open. The port is the one bound
+// (given ":0", the one chosen).
+func browserAddr(given string, actual net.Addr) (addr, where string) {
+	host, _, err := net.SplitHostPort(given)
+	_, port, err2 := net.SplitHostPort(actual.String())
+	if err != nil || err2 != nil {
+		return actual.String(), actual.String()
+	}
+	where = net.JoinHostPort(host, port)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+		where += " (every interface)"
+	}
+	return net.JoinHostPort(host, port), where
+}
+
+// checkNumbers refuses settings that have no meaning (negative sizes and
+// timeouts); 0 means the default and negative limits mean none, as each
+// field says.
+func (cfg *Config) checkNumbers() error {
+	bad := func(flag string, v any, want string) error {
+		return fmt.Errorf("rally serve: --%s is %v; %s", flag, v, want)
+	}
+	switch {
+	case cfg.MaxMessageBytes < 0:
+		return bad("max-message-bytes", cfg.MaxMessageBytes, "it must be a positive number of bytes")
+	case cfg.HeaderReadTimeout < 0:
+		return bad("header-timeout", cfg.HeaderReadTimeout, "it must be a positive duration")
+	case cfg.ShutdownTimeout < 0:
+		return bad("shutdown-timeout", cfg.ShutdownTimeout, "it must be a positive duration")
+	case math.IsNaN(cfg.HandshakeRate) || math.IsInf(cfg.HandshakeRate, 0):
+		return bad("handshake-rate", cfg.HandshakeRate, "it must be a number of handshakes per second (negative: no limit)")
+	}
+	return nil
 }

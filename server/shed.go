@@ -33,7 +33,7 @@ type openConns struct {
 // the counter of connections shed.
 func (s *Server) trackConns() {
 	s.open.m = map[*rally.Conn]struct{}{}
-	for _, ws := range []*rally.Server{s.echo, s.ws} {
+	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
 		open, closed := ws.Open, ws.Close
 		ws.Open = func(c *rally.Conn) {
 			s.open.mu.Lock()

@@ -187,10 +187,16 @@ func (s *Server) brokerError(id json.RawMessage, err error) []byte {
 
 // published counts a publish and what became of it on this node.
 func (s *Server) published(source string, res pubsub.Result, size int) {
-	n := res.Received()
 	s.publishes.Add(1)
-	s.deliveries.Add(int64(n))
 	s.m.publishes.WithLabelValues(source).Inc()
+	s.delivered(res, size)
+}
+
+// delivered counts what became of a message of size bytes on this node's
+// subscribers, whether it was published here or on another node.
+func (s *Server) delivered(res pubsub.Result, size int) {
+	n := res.Received()
+	s.deliveries.Add(int64(n))
 	s.m.deliveries.Add(float64(n))
 	s.m.messagesOut.WithLabelValues("message").Add(float64(n))
 	s.m.bytesOut.WithLabelValues("message").Add(float64(n * size))
@@ -256,8 +262,7 @@ func errorFrame(id json.RawMessage, code, message string) []byte {
 	b = append(b, `"code":"`...)
 	b = append(b, code...)
 	b = append(b, `","message":`...)
-	m, _ := json.Marshal(message)
-	b = append(b, m...)
+	b = append(b, jsonString([]byte(message))...)
 	return append(b, '}')
 }
 

@@ -5,24 +5,25 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/deflate"
+	"github.com/rallyws/rally/internal/cli"
 )
 
 const catUsage = `Usage: rally cat [flags] URL
@@ -91,7 +92,7 @@ type catConfig struct {
 func cat(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	out := &lockedWriter{w: stdout}
 	errOut := &lockedWriter{w: stderr}
-	cfg, status := parseCat(args, errOut)
+	cfg, status := parseCat(args, out, errOut)
 	if status >= 0 {
 		return status
 	}
@@ -105,10 +106,9 @@ func cat(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // parseCat reads the command line. It returns the status to exit with
 // when the command must not run (help: 0, wrong usage: 2), or -1.
-func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
+func parseCat(args []string, stdout, stderr io.Writer) (*catConfig, int) {
 	cfg := &catConfig{header: http.Header{}}
-	fs := flag.NewFlagSet("rally cat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("rally cat")
 	var headers listFlag
 	var wait float64
 	var proxy string
@@ -121,58 +121,51 @@ func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
 	fs.StringVar(&proxy, "proxy", "", "connect through the HTTP proxy at `URL` (http://[user:password@]host:port)")
 	fs.BoolVar(&cfg.compress, "compress", false, "offer (with --listen: accept) permessage-deflate compression")
 	fs.StringVar(&cfg.listen, "listen", "", "be a server listening on `ADDR` (host:port) instead of a client")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, catUsage)
-		fs.PrintDefaults()
-	}
 
-	// Flags may follow the URL: parse, take one argument, parse the rest.
-	var positional []string
-	rest := args
-	if i := slices.Index(rest, "--"); i >= 0 {
-		positional = append(positional, rest[i+1:]...)
-		rest = rest[:i]
+	urls, err := cli.Parse(fs, args)
+	if err == nil {
+		err = checkCat(cfg, urls, wait, headers, proxy)
 	}
-	var urls []string
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, 0
-			}
-			return nil, 2
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		urls = append(urls, rest[0])
-		rest = rest[1:]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, catUsage)
+		cli.PrintFlags(w, fs)
 	}
-	urls = append(urls, positional...)
+	if status := cli.Exit("rally cat", err, stdout, stderr, help); status >= 0 {
+		return nil, status
+	}
+	return cfg, -1
+}
 
-	usage := func(format string, a ...any) (*catConfig, int) {
-		fmt.Fprintf(stderr, "rally cat: "+format+"\n", a...)
-		fmt.Fprintln(stderr, "Run 'rally cat --help' for usage.")
-		return nil, 2
-	}
+// checkCat checks the arguments and the flags that need more than their
+// type, and fills cfg with them.
+func checkCat(cfg *catConfig, urls []string, wait float64, headers listFlag, proxy string) error {
 	switch {
 	case len(urls) > 1:
-		return usage("one URL at most, got %d arguments", len(urls))
+		return cli.Usagef("one URL at most, got %d arguments", len(urls))
 	case len(urls) == 1 && cfg.listen != "":
-		return usage("give a URL or --listen, not both")
+		return cli.Usagef("give a URL or --listen, not both")
 	case len(urls) == 0 && cfg.listen == "":
-		return usage("missing URL (or --listen ADDR)")
+		return cli.Usagef("missing URL (or --listen ADDR)")
 	case wait < 0:
-		return usage("-w must not be negative")
+		return cli.Usagef("-w must not be negative")
 	}
 	if len(urls) == 1 {
+		u, err := url.Parse(urls[0])
+		if err != nil || u.Host == "" {
+			return cli.Usagef("%q is not a URL such as ws://host:port/path", redactedURL(urls[0]))
+		}
+		switch u.Scheme {
+		case "ws", "wss", "http", "https":
+		default:
+			return cli.Usagef("URL scheme %q is not ws, wss, http or https", u.Scheme)
+		}
 		cfg.url = urls[0]
 	}
 	cfg.wait = time.Duration(wait * float64(time.Second))
 	for _, h := range headers {
 		name, value, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(name) == "" {
-			return usage("-H wants 'Name: value', got %q", h)
+			return cli.Usagef("-H wants 'Name: value', got %q", h)
 		}
 		cfg.header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
@@ -180,11 +173,22 @@ func parseCat(args []string, stderr io.Writer) (*catConfig, int) {
 		u, err := url.Parse(proxy)
 		if err != nil || u.Host == "" {
 			// The value is not shown: it may hold a password.
-			return usage("--proxy wants a URL such as http://host:port")
+			return cli.Usagef("--proxy wants a URL such as http://host:port")
 		}
 		cfg.proxy = u
 	}
-	return cfg, -1
+	return nil
+}
+
+// redactedURL is raw without what may be a password.
+func redactedURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		return "…" + raw[at:]
+	}
+	return raw
 }
 
 // messageType is the type of the messages this side sends.
@@ -211,9 +215,7 @@ func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "rally cat: %s\n", strings.TrimPrefix(err.Error(), "rally: "))
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			fmt.Fprintf(stderr, "HTTP status: %s\n", resp.Status)
-			if body, _ := io.ReadAll(resp.Body); len(body) > 0 {
-				fmt.Fprintf(stderr, "response body: %s\n", strings.TrimSpace(strings.ToValidUTF8(string(body), "?")))
-			}
+			printRefusalBody(stderr, resp)
 		}
 		if ctx.Err() != nil {
 			return 130
@@ -283,6 +285,26 @@ func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stder
 			return closeAndReport(c, ended, stderr, rally.CloseGoingAway, 130)
 		}
 	}
+}
+
+// printRefusalBody shows the body of a response that refused the
+// handshake, if it is short text: an HTML page is named, not printed.
+func printRefusalBody(stderr io.Writer, resp *http.Response) {
+	const most = 512
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, most+1))
+	if len(body) == 0 {
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt == "text/html" || bytes.HasPrefix(bytes.TrimSpace(body), []byte("<")) {
+		fmt.Fprintf(stderr, "response body: a web page, not a WebSocket endpoint: check the URL's path\n")
+		return
+	}
+	text := strings.TrimSpace(strings.ToValidUTF8(string(body[:min(len(body), most)]), "?"))
+	if len(body) > most {
+		text += " …"
+	}
+	fmt.Fprintf(stderr, "response body: %s\n", text)
 }
 
 // closeAndReport closes c with code, waits for the reading goroutine to

@@ -229,15 +229,16 @@ func TestCatRefusesWrongUsageWithStatus2(t *testing.T) {
 		{[]string{"-H", "no colon", "ws://a/"}, "-H wants 'Name: value'"},
 		{[]string{"-w", "-1", "ws://a/"}, "-w must not be negative"},
 		{[]string{"--proxy", "::user:SECRET", "ws://a/"}, "--proxy wants a URL"},
-		{[]string{"--no-such-flag", "ws://a/"}, "flag provided but not defined"},
+		{[]string{"--no-such-flag", "ws://a/"}, "rally cat: unknown flag --no-such-flag (see rally cat --help)\n"},
+		{[]string{"-x", "hi", "not-a-url"}, "not a URL"},
 	} {
 		status, _, errs := runCat(t, "", tc.args...)
 		if status != 2 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "SECRET") {
 			t.Errorf("rally cat %q = %d, stderr %q; want 2 and %q", tc.args, status, errs, tc.want)
 		}
 	}
-	if status, _, errs := runCat(t, "", "--help"); status != 0 || !strings.Contains(errs, "Usage: rally cat") {
-		t.Errorf("--help = %d, %q", status, errs)
+	if status, out, _ := runCat(t, "", "--help"); status != 0 || !strings.Contains(out, "Usage: rally cat") || !strings.Contains(out, "\n  --listen ADDR\n") {
+		t.Errorf("--help = %d, %q", status, out)
 	}
 }
 

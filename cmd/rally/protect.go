@@ -17,24 +17,24 @@ import (
 // by serveGroups.
 var (
 	protectServeFlags = []serveFlag{
-		{"memory-limit", "RALLY_MEMORY_LIMIT", "BYTES|off"},
-		{"max-header-bytes", "RALLY_MAX_HEADER_BYTES", "BYTES"},
-		{"max-pending-handshakes", "RALLY_MAX_PENDING_HANDSHAKES", "N"},
-		{"echo-max-message-bytes", "RALLY_ECHO_MAX_MESSAGE_BYTES", "BYTES"},
-		{"ops-addr", "RALLY_OPS_ADDR", "HOST:PORT"},
+		{name: "memory-limit", env: "RALLY_MEMORY_LIMIT", value: "BYTES|off"},
+		{name: "max-header-bytes", env: "RALLY_MAX_HEADER_BYTES", value: "BYTES"},
+		{name: "max-pending-handshakes", env: "RALLY_MAX_PENDING_HANDSHAKES", value: "N"},
+		{name: "echo-max-message-bytes", env: "RALLY_ECHO_MAX_MESSAGE_BYTES", value: "BYTES"},
+		{name: "ops-addr", env: "RALLY_OPS_ADDR", value: "HOST:PORT"},
 	}
 	natsAuthServeFlags = []serveFlag{
-		{"nats-user", "RALLY_NATS_USER", "USER"},
-		{"nats-password", "RALLY_NATS_PASSWORD", "PASSWORD"},
-		{"nats-token", "RALLY_NATS_TOKEN", "TOKEN"},
-		{"nats-nkey", "RALLY_NATS_NKEY", "FILE"},
-		{"nats-creds", "RALLY_NATS_CREDS", "FILE"},
-		{"nats-ca", "RALLY_NATS_CA", "FILE"},
-		{"nats-cert", "RALLY_NATS_CERT", "FILE"},
-		{"nats-key", "RALLY_NATS_KEY", "FILE"},
-		{"nats-cluster-user", "RALLY_NATS_CLUSTER_USER", "USER"},
-		{"nats-cluster-password", "RALLY_NATS_CLUSTER_PASSWORD", "PASSWORD"},
-		{"nats-ready", "RALLY_NATS_READY", ""},
+		{name: "nats-user", env: "RALLY_NATS_USER", value: "USER"},
+		{name: "nats-password", env: "RALLY_NATS_PASSWORD", value: "PASSWORD"},
+		{name: "nats-token", env: "RALLY_NATS_TOKEN", value: "TOKEN"},
+		{name: "nats-nkey", env: "RALLY_NATS_NKEY", value: "FILE"},
+		{name: "nats-creds", env: "RALLY_NATS_CREDS", value: "FILE"},
+		{name: "nats-ca", env: "RALLY_NATS_CA", value: "FILE"},
+		{name: "nats-cert", env: "RALLY_NATS_CERT", value: "FILE"},
+		{name: "nats-key", env: "RALLY_NATS_KEY", value: "FILE"},
+		{name: "nats-cluster-user", env: "RALLY_NATS_CLUSTER_USER", value: "USER"},
+		{name: "nats-cluster-password", env: "RALLY_NATS_CLUSTER_PASSWORD", value: "PASSWORD"},
+		{name: "nats-ready", env: "RALLY_NATS_READY"},
 	}
 )
 

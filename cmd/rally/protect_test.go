@@ -11,7 +11,7 @@ func TestServeRefusesBadLimitsWithAClearErrorAndExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--echo-max-message-bytes", "-5"}, `invalid value "-5" for flag -echo-max-message-bytes: "-5" is not a size`},
+		{[]string{"--echo-max-message-bytes", "-5"}, `invalid value "-5" for --echo-max-message-bytes: "-5" is not a size`},
 		{[]string{"--echo-max-message-bytes", "0"}, "0 is out of range: want 1 to 1GiB"},
 		{[]string{"--echo-max-message-bytes", "2GiB"}, "2GiB is out of range: want 1 to 1GiB"},
 		{[]string{"--max-header-bytes", "100"}, "100 is out of range: want 1KiB to 1MiB"},

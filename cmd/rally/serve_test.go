@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServeHelpListsEveryFlagWithItsEnvironmentVariable(t *testing.T) {
@@ -11,7 +15,7 @@ func TestServeHelpListsEveryFlagWithItsEnvironmentVariable(t *testing.T) {
 	if code := run([]string{"serve", "--help"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	help := errOut.String()
+	help := out.String()
 	listed := 0
 	for _, g := range serveGroups {
 		for _, f := range g.flags {
@@ -46,5 +50,166 @@ func TestServeRefusesAPublicAddressWithoutAuth(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "--insecure-no-auth") {
 		t.Fatalf("message %q does not say how to allow it", errOut.String())
+	}
+}
+
+// writeConfig writes a config file for rally serve and returns its path.
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rally.toml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestServeConfigFileSetsEveryFlag(t *testing.T) {
+	file := writeConfig(t, `
+# every flag of rally serve, none at its default
+addr = "127.0.0.1:9999"
+tls-cert = "c.pem"
+tls-key = "k.pem"
+token-secret = "0123456789abcdef0123456789abcdef"
+api-key = "key"
+origins = ["a.example", "*.b.example"]
+insecure-no-auth = true
+max-connections = 7
+handshake-rate = 2.5
+rate-limit-loopback = true
+max-subscriptions = -1
+max-message-bytes = 1000
+buffer-limit = 2000
+header-timeout = "3s"
+ping-interval = "4s"
+idle-timeout = "-1s"
+shutdown-timeout = "6s"
+node = "n1"
+nats = "nats://127.0.0.1:4222"
+embedded-nats = "127.0.0.1:4223"
+nats-cluster = "127.0.0.1:6222"
+nats-routes = "nats://127.0.0.1:6223,nats://127.0.0.1:6224"
+log-format = "json"
+log-level = "debug"
+nats-user = "u"
+nats-password = "p"
+nats-token = "t"
+nats-nkey = "seed.nk"
+nats-creds = "x.creds"
+nats-ca = "ca.pem"
+nats-cert = "nc.pem"
+nats-key = "nk.pem"
+nats-cluster-user = "cu"
+nats-cluster-password = "cp"
+nats-ready = true
+memory-limit = "64MiB"
+max-header-bytes = 8192
+max-pending-handshakes = 10
+echo-max-message-bytes = "2MiB"
+ops-addr = "127.0.0.1:9998"
+`)
+	var out, errOut bytes.Buffer
+	s, status := parseServe([]string{"--config", file}, &out, &errOut)
+	if status >= 0 {
+		t.Fatalf("exit %d: %s", status, errOut.String())
+	}
+	c := s.cfg
+	checks := map[string]bool{
+		"addr":                   c.Addr == "127.0.0.1:9999",
+		"tls-cert":               c.TLSCert == "c.pem",
+		"tls-key":                c.TLSKey == "k.pem",
+		"token-secret":           c.TokenSecret == "0123456789abcdef0123456789abcdef",
+		"api-key":                c.APIKey == "key",
+		"origins":                strings.Join(c.Origins, " ") == "a.example *.b.example",
+		"insecure-no-auth":       c.InsecureNoAuth,
+		"max-connections":        c.MaxConnections == 7,
+		"handshake-rate":         c.HandshakeRate == 2.5,
+		"rate-limit-loopback":    c.RateLimitLoopback,
+		"max-subscriptions":      c.MaxSubscriptions == -1,
+		"max-message-bytes":      c.MaxMessageBytes == 1000,
+		"buffer-limit":           c.BufferLimit == 2000,
+		"header-timeout":         c.HeaderReadTimeout == 3*time.Second,
+		"ping-interval":          c.PingInterval == 4*time.Second,
+		"idle-timeout":           c.IdleTimeout == -time.Second,
+		"shutdown-timeout":       c.ShutdownTimeout == 6*time.Second,
+		"node":                   c.Node == "n1",
+		"nats":                   c.NATS.URL == "nats://127.0.0.1:4222",
+		"embedded-nats":          c.NATS.Embedded == "127.0.0.1:4223",
+		"nats-cluster":           c.NATS.Cluster == "127.0.0.1:6222",
+		"nats-routes":            strings.Join(c.NATS.Routes, " ") == "nats://127.0.0.1:6223 nats://127.0.0.1:6224",
+		"log-format":             s.logFormat == "json",
+		"log-level":              s.logLevel == slog.LevelDebug,
+		"nats-user":              c.NATS.User == "u",
+		"nats-password":          c.NATS.Password == "p",
+		"nats-token":             c.NATS.Token == "t",
+		"nats-nkey":              c.NATS.NKeySeed == "seed.nk",
+		"nats-creds":             c.NATS.Creds == "x.creds",
+		"nats-ca":                c.NATS.TLSCA == "ca.pem",
+		"nats-cert":              c.NATS.TLSCert == "nc.pem",
+		"nats-key":               c.NATS.TLSKey == "nk.pem",
+		"nats-cluster-user":      c.NATS.ClusterUser == "cu",
+		"nats-cluster-password":  c.NATS.ClusterPassword == "cp",
+		"nats-ready":             c.ReadyNeedsNATS,
+		"memory-limit":           c.MemoryLimit == 64<<20,
+		"max-header-bytes":       c.MaxHeaderBytes == 8192,
+		"max-pending-handshakes": c.MaxPendingHandshakes == 10,
+		"echo-max-message-bytes": c.EchoMaxMessageBytes == 2<<20,
+		"ops-addr":               c.OpsAddr == "127.0.0.1:9998",
+	}
+	for _, g := range serveGroups {
+		for _, f := range g.flags {
+			if f.name == "config" {
+				continue
+			}
+			ok, tested := checks[f.name]
+			switch {
+			case !tested:
+				t.Errorf("--%s is not tested here: add it to the file and the checks", f.name)
+			case !ok:
+				t.Errorf("--%s was not set from the config file: %+v", f.name, c)
+			}
+		}
+	}
+}
+
+func TestServeTakesTheFlagOverTheEnvironmentOverTheConfigFile(t *testing.T) {
+	file := writeConfig(t, "max-connections = 5\n")
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want int
+	}{
+		{"", nil, 5},
+		{"6", nil, 6},
+		{"6", []string{"--max-connections", "7"}, 7},
+		{"", []string{"--max-connections=7"}, 7},
+	} {
+		t.Setenv("RALLY_MAX_CONNECTIONS", tc.env)
+		t.Setenv("RALLY_CONFIG", file)
+		var out, errOut bytes.Buffer
+		s, status := parseServe(tc.args, &out, &errOut)
+		if status >= 0 || s.cfg.MaxConnections != tc.want {
+			t.Errorf("env %q, args %q: exit %d, max-connections %v, want %d (%s)", tc.env, tc.args, status, s, tc.want, errOut.String())
+		}
+	}
+}
+
+func TestServeRefusesAConfigFileWithAnUnknownKeyOrABadValueInOneLine(t *testing.T) {
+	for _, tc := range []struct{ text, says string }{
+		{"max-conections = 5\n", `unknown key "max-conections"`},
+		{"[limits]\nmax-connections = 5\n", `unknown key "limits"`},
+		{"config = \"other.toml\"\n", `unknown key "config"`},
+		{"idle-timeout = 90\n", `idle-timeout: a duration is a string such as "30s"`},
+		{"max-message-bytes = -5\n", "--max-message-bytes is -5"},
+		{"token-secret = 12345678901234567890123456789012345\n", "token-secret"},
+		{"api-key = \"s3cret\"\nmax-connections = \"s3cret\"\n", "max-connections"},
+		{"addr = \n", "line 1"},
+	} {
+		file := writeConfig(t, tc.text)
+		args := []string{"serve", "--config", file}
+		status, stdout, stderr := runRally(t, nil, args...)
+		oneLine(t, args, status, stdout, stderr, "rally serve")
+		if !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "s3cret") {
+			t.Errorf("config %q: stderr %q, want it to say %q without any value", tc.text, stderr, tc.says)
+		}
 	}
 }

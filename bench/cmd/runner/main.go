@@ -49,6 +49,15 @@ func scenarios(idleConns, echoInFlight int) []scenario {
 		return scenario{ID: "chat-" + sizeID(size, text), Title: fmt.Sprintf("chat, %s, 32 clients, %d per client per round", sizeTitle(size, text), perRound),
 			Cfg: loadgen.Config{Scenario: loadgen.Chat, Conns: 32, Size: size, Text: text, InFlight: perRound}}
 	}
+	// burst is a chat of 8 messages per client per round at a large size:
+	// each receiver is sent 32 x 8 of them per round (4 MiB at 16 KiB,
+	// 16 MiB at 64 KiB), so its queue holds megabytes for a moment, as in a
+	// real burst; the rounds of 1 or 2 above drain before they grow.
+	burst := func(size int, text bool) scenario {
+		sc := chat(size, text, 8)
+		sc.ID += "-burst"
+		return sc
+	}
 	// deflate is sc with permessage-deflate offered on every connection.
 	deflate := func(sc scenario) scenario {
 		sc.ID += "-deflate"
@@ -59,6 +68,7 @@ func scenarios(idleConns, echoInFlight int) []scenario {
 	return []scenario{
 		echo(16, true), echo(1<<10, true), echo(16<<10, true), echo(64<<10, false),
 		chat(16, true, 8), chat(1<<10, true, 8), chat(16<<10, true, 2), chat(64<<10, false, 1),
+		burst(16<<10, true), burst(64<<10, false),
 		deflate(echo(1<<10, true)), deflate(echo(16<<10, true)), deflate(chat(1<<10, true, 8)),
 		{ID: "throughput-256KiB", Title: "throughput, 256 KiB binary, 1 connection, 1 in flight",
 			Cfg: loadgen.Config{Scenario: loadgen.Throughput, Size: 256 << 10, InFlight: 1}},

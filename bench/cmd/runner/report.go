@@ -433,8 +433,12 @@ func (r *report) footer(b *bytes.Buffer) {
 	if tops, _ := filepath.Glob(filepath.Join(r.o.charts, "rally-*-top.txt")); len(tops) > 0 {
 		b.WriteString("## CPU profiles of rally\n\nTaken with `go run ./cmd/runner -profile SCENARIO` (rally alone, 5 s under the scenario's load; a separate run from the tables above):\n\n")
 		for _, t := range tops {
-			rel, err := filepath.Rel(filepath.Dir(r.o.out), t)
-			if err != nil {
+			// Both made absolute: Rel cannot climb out of a relative
+			// "../docs" by itself, and the link must work from the doc.
+			dir, err1 := filepath.Abs(filepath.Dir(r.o.out))
+			abs, err2 := filepath.Abs(t)
+			rel, err := filepath.Rel(dir, abs)
+			if err1 != nil || err2 != nil || err != nil {
 				rel = t
 			}
 			fmt.Fprintf(b, "- [%s](%s)\n", filepath.Base(t), filepath.ToSlash(rel))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,29 @@ func TestMedianOfOddAndEvenCountsAndRatioOfMissingValues(t *testing.T) {
 	}
 	if r := ratio(math.NaN(), 2); r != "-" {
 		t.Errorf("ratio of a missing value = %q", r)
+	}
+}
+
+func TestScenarioIDsAreUniqueAndBurstRoundsQueueMegabytesPerReceiver(t *testing.T) {
+	seen := map[string]bool{}
+	bursts := 0
+	for _, sc := range scenarios(1000, 4) {
+		if seen[sc.ID] {
+			t.Errorf("scenario id %q appears twice: its results and chart would mix", sc.ID)
+		}
+		seen[sc.ID] = true
+		if !strings.HasSuffix(sc.ID, "-burst") {
+			continue
+		}
+		bursts++
+		c := sc.Cfg
+		if perRound := c.Conns * c.InFlight * c.Size; c.Scenario != loadgen.Chat || c.InFlight != 8 || perRound < 4<<20 {
+			t.Errorf("%s: %s, %d per client per round, %d bytes to each receiver per round; want chat, 8, >= 4 MiB",
+				sc.ID, c.Scenario, c.InFlight, perRound)
+		}
+	}
+	if !seen["chat-16KiB-text-burst"] || !seen["chat-64KiB-binary-burst"] || bursts != 2 {
+		t.Errorf("burst scenarios: %v", seen)
 	}
 }
 
@@ -63,7 +87,11 @@ func TestEveryGoPeerEchoesAndDeliversToTheWholeRoom(t *testing.T) {
 				{Scenario: loadgen.Throughput, URL: s.url("/echo"), Size: 70000},
 			}
 			if !p.Verbatim {
-				cases = append(cases, loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 3, Size: 20000, InFlight: 2})
+				cases = append(cases,
+					loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 3, Size: 20000, InFlight: 2},
+					// A burst round, as the -burst scenarios send: every
+					// receiver's queue takes 4 x 8 x 64 KiB at once.
+					loadgen.Config{Scenario: loadgen.Chat, URL: s.url("/chat"), Conns: 4, Size: 64 << 10, InFlight: 8})
 			}
 			for _, cfg := range cases {
 				cfg.Duration, cfg.Warmup, cfg.VerbatimEcho = 200*time.Millisecond, -1, p.Verbatim

@@ -1,0 +1,239 @@
+package rally
+
+// Corks. A cork gathers a connection's sends so that they leave together,
+// in one system call where the kernel takes them, when it ends. A cork
+// belongs to the goroutine that took it: only that goroutine's sends are
+// gathered, and a send from any other goroutine goes out at once (with
+// whatever was gathered before it, which keeps the order). So the automatic
+// cork around a Server's read batch holds the callbacks' own sends, never
+// another goroutine's.
+//
+// Bytes held by a cork are accounted apart from backpressure: they count in
+// BufferedAmount, but not against BufferLimit, and a send into a cork
+// reports Sent unless the queue is blocked.
+
+// corkState is a connection's corks, guarded by the write lock.
+type corkState struct {
+	holders [4]corkHolder // goroutines holding this connection's own corks
+	joined  [4]joinedCork // other connections' corks this one joined (JoinCork)
+	peers   []joinedPeer  // connections that joined this one's corks
+	spare   []joinedPeer  // peers' backing array, kept between batches
+	nJoined int
+}
+
+type corkHolder struct {
+	g     uintptr
+	depth int
+}
+
+type joinedCork struct {
+	origin *Conn
+	g      uintptr
+}
+
+type joinedPeer struct {
+	c *Conn
+	g uintptr
+}
+
+// Cork runs f with the sends this goroutine makes on c gathered: they
+// leave together, in one system call where the kernel takes them, when f
+// returns. Sends from other goroutines are not held. A blocking Write
+// inside f flushes what was gathered first, so it cannot wait on itself.
+// Corks nest. A Server corks automatically around the callbacks of each
+// batch of frames it reads.
+func (c *Conn) Cork(f func()) {
+	c.corkBegin()
+	defer c.corkEnd()
+	f()
+}
+
+func (c *Conn) corkBegin() {
+	g := currentG()
+	c.wr.mu.Lock()
+	k := &c.wr.corks
+	free := -1
+	for i := range k.holders {
+		h := &k.holders[i]
+		if h.depth > 0 && h.g == g {
+			h.depth++
+			c.wr.mu.Unlock()
+			return
+		}
+		if h.depth == 0 && free < 0 {
+			free = i
+		}
+	}
+	if free >= 0 {
+		k.holders[free] = corkHolder{g: g, depth: 1}
+	}
+	// Else more goroutines cork this connection at once than it tracks:
+	// this one's sends simply go out at once.
+	c.wr.mu.Unlock()
+}
+
+func (c *Conn) corkEnd() {
+	g := currentG()
+	c.wr.mu.Lock()
+	k := &c.wr.corks
+	var ended bool
+	for i := range k.holders {
+		h := &k.holders[i]
+		if h.depth > 0 && h.g == g {
+			h.depth--
+			ended = h.depth == 0
+			break
+		}
+	}
+	if !ended {
+		c.wr.mu.Unlock()
+		return
+	}
+	// The peers that joined this goroutine's cork go now, even if this
+	// connection itself joined another's (two publishers feeding each
+	// other must not hold each other forever).
+	var released []joinedPeer
+	if len(k.peers) > 0 {
+		released = k.spare[:0]
+		k.spare = nil
+		keep := k.peers[:0]
+		for _, p := range k.peers {
+			if p.g == g {
+				released = append(released, p)
+			} else {
+				keep = append(keep, p)
+			}
+		}
+		clear(k.peers[len(keep):])
+		k.peers = keep
+	}
+	c.uncorkedLocked()
+	c.unlockWrite()
+	if released == nil {
+		return
+	}
+	for i, p := range released {
+		p.c.leaveCork(c, p.g)
+		released[i] = joinedPeer{}
+	}
+	c.wr.mu.Lock()
+	if k.spare == nil {
+		k.spare = released[:0] // no allocation per batch
+	}
+	c.wr.mu.Unlock()
+}
+
+// holdsCorkLocked reports whether goroutine g holds one of the
+// connection's own corks.
+func (c *Conn) holdsCorkLocked(g uintptr) bool {
+	for _, h := range c.wr.corks.holders {
+		if h.depth > 0 && h.g == g {
+			return true
+		}
+	}
+	return false
+}
+
+// corkedLocked reports whether sends from goroutine g are gathered now: by
+// one of the connection's own corks or by a cork it joined.
+func (c *Conn) corkedLocked(g uintptr) bool {
+	if c.holdsCorkLocked(g) {
+		return true
+	}
+	k := &c.wr.corks
+	for i := range k.nJoined {
+		if k.joined[i].g == g {
+			return true
+		}
+	}
+	return false
+}
+
+// anyCorkLocked reports whether any cork holds the connection.
+func (c *Conn) anyCorkLocked() bool {
+	k := &c.wr.corks
+	for i := range k.holders {
+		if k.holders[i].depth > 0 {
+			return true
+		}
+	}
+	return k.nJoined > 0
+}
+
+// uncorkedLocked writes what was gathered once no cork holds it any more.
+func (c *Conn) uncorkedLocked() {
+	if !c.anyCorkLocked() && c.wr.err == nil && c.wr.q.queued() > 0 {
+		c.kickLocked(false)
+		if c.wr.flushing {
+			c.wr.drainArmed = true
+		}
+	}
+}
+
+// JoinCork corks c until origin's current cork ends, if the calling
+// goroutine holds a cork of origin right now (as it does inside origin's
+// Server callbacks), and reports whether it did. A batch of messages that
+// origin's callbacks send to many connections (a pub/sub publish) then
+// reaches each of them in one write instead of one write per message. Only
+// the calling goroutine's sends to c are gathered; c stays writable: a
+// blocking Write on c flushes first.
+func (c *Conn) JoinCork(origin *Conn) bool {
+	if origin == nil || origin == c {
+		return false
+	}
+	g := currentG()
+	origin.wr.mu.Lock()
+	corked := origin.holdsCorkLocked(g)
+	origin.wr.mu.Unlock()
+	if !corked {
+		return false
+	}
+	c.wr.mu.Lock()
+	if c.wr.err != nil {
+		c.unlockWrite()
+		return false
+	}
+	k := &c.wr.corks
+	for _, j := range k.joined[:k.nJoined] {
+		if j.origin == origin && j.g == g {
+			// Joined already: it flushes when this batch ends.
+			c.unlockWrite()
+			return true
+		}
+	}
+	if k.nJoined == len(k.joined) {
+		// Held by enough batches already: it flushes when they end.
+		c.unlockWrite()
+		return true
+	}
+	// Joining several origins' batches at once (publishers whose batches
+	// overlap) makes a receiver take one write for all of them.
+	k.joined[k.nJoined] = joinedCork{origin: origin, g: g}
+	k.nJoined++
+	c.unlockWrite()
+	origin.wr.mu.Lock()
+	if !origin.holdsCorkLocked(g) {
+		origin.wr.mu.Unlock()
+		c.leaveCork(origin, g)
+		return false
+	}
+	origin.wr.corks.peers = append(origin.wr.corks.peers, joinedPeer{c: c, g: g})
+	origin.wr.mu.Unlock()
+	return true
+}
+
+// leaveCork ends the cork JoinCork took for origin's goroutine g.
+func (c *Conn) leaveCork(origin *Conn, g uintptr) {
+	c.wr.mu.Lock()
+	k := &c.wr.corks
+	for i := range k.nJoined {
+		if j := k.joined[i]; j.origin == origin && j.g == g {
+			k.nJoined--
+			k.joined[i] = k.joined[k.nJoined]
+			k.joined[k.nJoined] = joinedCork{}
+			break
+		}
+	}
+	c.uncorkedLocked()
+	c.unlockWrite()
+}

@@ -1,0 +1,334 @@
+package rally
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rallyws/rally/frame"
+	"github.com/rallyws/rally/internal/bufpool"
+)
+
+// Moving queued bytes to the transport: the direct write from the
+// sender's goroutine, the flushing goroutine that exists only while the
+// queue is non-empty, the completions and drain that follow, and the
+// write-stall timer. All of it runs under the write lock except the
+// blocking writes themselves (sendQueue invariant 8).
+
+// enqueueLocked hands frame f to the send queue's main lane and returns
+// its sequence number (it has left once doneSeq reaches it). direct says
+// the frame may be written at once: the caller's goroutine holds no cork
+// of the connection, or the caller is a blocking write, which goes past
+// its cork (and takes what the cork gathered with it). inline says the
+// caller writes the queue itself if the transport does not take the frame
+// at once (a blocking write); otherwise a flushing goroutine is started.
+// On error nothing was queued and f's completion is not called: the
+// caller reports the failure.
+func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
+	q := &c.wr.q
+	defer c.putZbuf(f)
+	if direct && !c.wr.flushing && q.queued() == 0 && !f.masked {
+		// Fast path: header and payload in one system call, no copy.
+		n, err := c.t.tryWrite(f.hdr, f.payload)
+		if err != nil {
+			c.failWriteLocked(err)
+			return 0, c.wr.err
+		}
+		total := len(f.hdr) + len(f.payload)
+		if n == total {
+			q.seq++
+			q.doneSeq = q.seq
+			c.wr.taken += uint64(n)
+			if f.done != nil {
+				q.dones = append(q.dones, doneCall{f.done, nil})
+			}
+			return q.seq, nil
+		}
+		// The transport took part of it, or nothing: keep the rest.
+		var seq uint64
+		if n < len(f.hdr) {
+			seq = q.pushTaken(n, f.hdr[n:], f.payload, false, f.keep, f.done)
+		} else {
+			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], false, f.keep, f.done)
+		}
+		c.wr.taken += uint64(n)
+		q.ahead = c.t.aheadOfKernel()
+		q.blocked = true
+		if !inline {
+			c.startFlusher()
+		}
+		return seq, nil
+	}
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.done)
+	if direct && !c.wr.flushing {
+		c.kickLocked(inline)
+		if c.wr.err != nil {
+			return 0, c.wr.err
+		}
+	}
+	return seq, nil
+}
+
+func (c *Conn) putZbuf(f *outFrame) {
+	if f.zbuf != nil {
+		bufpool.Put(f.zbuf) // queued (copied) or written by now
+		f.zbuf = nil
+	}
+}
+
+// kickLocked writes what the transport takes of the queue now, and leaves
+// the rest to a flushing goroutine (or, when inline, to the caller).
+func (c *Conn) kickLocked(inline bool) {
+	if c.wr.flushing {
+		return // the flusher writes: nothing else may (see writeSomeLocked)
+	}
+	q := &c.wr.q
+	for q.queued() > 0 {
+		n, err := c.t.tryWrite(q.pending(), nil)
+		if err != nil {
+			c.failWriteLocked(err)
+			return
+		}
+		if n == 0 {
+			c.advanceLocked(0)
+			q.blocked = true
+			if !inline {
+				c.startFlusher()
+			}
+			return
+		}
+		c.advanceLocked(n)
+	}
+}
+
+// startFlusher starts the goroutine that writes the queue while the
+// transport is not taking it at once. It exists only while the queue is
+// non-empty.
+func (c *Conn) startFlusher() {
+	c.wr.flushing = true
+	c.armStallLocked()
+	go c.flushLoop()
+}
+
+// flushLoop writes the queue until it is empty, then exits. It is the only
+// writer of the transport while wr.flushing is set, and it runs
+// completions with the flushing role given up, so that a completion may
+// Write or Close.
+func (c *Conn) flushLoop() {
+	c.wr.mu.Lock()
+	for {
+		if c.wr.err != nil || c.wr.q.queued() == 0 {
+			c.wr.flushing = false
+			c.unlockWrite()
+			return
+		}
+		if err := c.writeSomeLocked(0); err != nil {
+			c.wr.flushing = false
+			c.failWriteLocked(err)
+			c.unlockWrite()
+			c.endAbnormal(err)
+			return
+		}
+		if len(c.wr.q.dones) > 0 {
+			c.wr.flushing = false
+			c.unlockWrite()
+			c.wr.mu.Lock()
+			if c.wr.flushing {
+				// Another goroutine writes now.
+				c.unlockWrite()
+				return
+			}
+			c.wr.flushing = true
+		}
+	}
+}
+
+// streamChunk bounds what a blocking transport (a stream) is handed at
+// once: a pong can go in at the next frame boundary after it.
+const streamChunk = 64 << 10
+
+// writeSomeLocked moves queued bytes to the transport, waiting until it
+// takes some: on a socket, until the queue is empty, or frame until has
+// left (until > 0), or completions are due (until == 0); on a stream, one
+// chunk. The flusher calls it with the write lock held and gets it back
+// held; the lock is released while it waits. It returns the transport's
+// error.
+//
+// On a socket, each attempt is a non-blocking write made under the write
+// lock inside the socket's write callback, so the lock order there is the
+// socket's write lock, then the connection's. That is safe because nothing
+// else writes to the socket while wr.flushing is set: every direct write
+// (tryWrite) checks it under the write lock first.
+func (c *Conn) writeSomeLocked(until uint64) error {
+	q := &c.wr.q
+	c.wr.until = until
+	c.wr.mu.Unlock()
+	if c.stepFn == nil {
+		c.stepFn = c.flushStep
+	}
+	ok, err := c.t.flushQueue(&c.wr.mu, c.stepFn)
+	c.wr.mu.Lock()
+	if ok {
+		if err == nil {
+			err = c.wr.stepErr
+		}
+		c.wr.stepErr = nil
+		return err
+	}
+	p := q.pending()
+	if len(p) > streamChunk {
+		p = p[:streamChunk]
+	}
+	q.busy = q.head + len(p)
+	c.wr.mu.Unlock()
+	n, err := c.t.write(p)
+	c.wr.mu.Lock()
+	q.busy = 0
+	if c.wr.err != nil {
+		// The queue failed meanwhile (CloseNow): what was written is moot.
+		q.releaseIfEmpty()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.advanceLocked(n)
+	return nil
+}
+
+// flushStep is one attempt of a socket's flush, under the write lock (see
+// writeSomeLocked). It reports whether to stop; false waits for the socket
+// to become writable.
+func (c *Conn) flushStep() bool {
+	q := &c.wr.q
+	for {
+		if c.wr.err != nil || q.queued() == 0 {
+			return true
+		}
+		if c.wr.until > 0 && q.doneSeq >= c.wr.until {
+			return true
+		}
+		n, err := c.t.writeNow(q.pending())
+		if err != nil {
+			c.wr.stepErr = err
+			return true
+		}
+		if n == 0 {
+			q.blocked = true
+			return false
+		}
+		c.advanceLocked(n)
+		if c.wr.until == 0 && len(q.dones) > 0 {
+			return true
+		}
+	}
+}
+
+// advanceLocked records that the transport took n more bytes of the queue.
+func (c *Conn) advanceLocked(n int) {
+	c.wr.q.ahead = c.t.aheadOfKernel()
+	if n == 0 {
+		return
+	}
+	c.wr.q.advance(n)
+	c.wr.q.ahead = c.t.aheadOfKernel()
+	c.wr.taken += uint64(n)
+	c.wakeLocked()
+}
+
+func (c *Conn) wakeLocked() {
+	if c.wr.progress != nil {
+		close(c.wr.progress)
+		c.wr.progress = nil
+	}
+}
+
+// failWriteLocked marks the write side dead: every send from now on, every
+// queued frame's completion and every waiter gets err.
+func (c *Conn) failWriteLocked(err error) {
+	first := c.wr.err == nil
+	if first {
+		c.wr.err = &writeError{err}
+	}
+	c.wr.q.fail(c.wr.err)
+	if first && !c.wr.flushing {
+		// No flushing goroutine will end the connection for this failure
+		// (a write from the caller's goroutine failed): end it, outside
+		// the lock this caller holds, so that Close and readers do not wait
+		// on a connection that can no longer send.
+		go c.endAbnormal(err)
+	}
+	c.wakeLocked()
+}
+
+// writeError is why the write side died: the transport's error. It is
+// also ErrClosed (errors.Is), since nothing can be sent any more.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string        { return "rally: write failed: " + e.err.Error() }
+func (e *writeError) Unwrap() error        { return e.err }
+func (e *writeError) Is(target error) bool { return target == ErrClosed }
+
+// unlockWrite releases the write lock, then runs the completions collected
+// under it and the drain notification, if one came due. Every path that
+// can finish frames unlocks through it.
+func (c *Conn) unlockWrite() {
+	q := &c.wr.q
+	drain := c.wr.drainArmed && q.empty() && c.wr.err == nil && !c.wr.flushing
+	if drain {
+		c.wr.drainArmed = false
+	}
+	if len(q.dones) == 0 {
+		c.wr.mu.Unlock()
+		if drain {
+			c.drained()
+		}
+		return
+	}
+	dones := q.dones
+	q.dones = c.wr.spare[:0]
+	c.wr.spare = nil
+	c.wr.mu.Unlock()
+	c.runDones(dones)
+	// Keep the slice for the next completions: no allocation per send.
+	c.wr.mu.Lock()
+	if c.wr.spare == nil {
+		c.wr.spare = dones[:0]
+	}
+	c.wr.mu.Unlock()
+	if drain {
+		c.drained()
+	}
+}
+
+// armStallLocked starts the write-stall timer, if the option is set and
+// it is not running: see ConnOptions.WriteStallTimeout.
+func (c *Conn) armStallLocked() {
+	d := c.opts.WriteStallTimeout
+	if d <= 0 {
+		return
+	}
+	c.wr.stallAt = c.wr.taken
+	if c.wr.stall == nil {
+		c.wr.stall = time.AfterFunc(d, c.checkStall)
+		return
+	}
+	c.wr.stall.Reset(d)
+}
+
+// checkStall ends the connection when bytes have waited a whole period
+// without the transport taking any.
+func (c *Conn) checkStall() {
+	c.wr.mu.Lock()
+	if c.wr.err != nil || c.wr.q.queued() == 0 {
+		c.wr.mu.Unlock()
+		return
+	}
+	if c.wr.taken != c.wr.stallAt {
+		c.wr.stallAt = c.wr.taken
+		c.wr.stall.Reset(c.opts.WriteStallTimeout)
+		c.wr.mu.Unlock()
+		return
+	}
+	c.wr.mu.Unlock()
+	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: fmt.Errorf("rally: write stalled: the peer took no byte for %v", c.opts.WriteStallTimeout)})
+}

@@ -1,0 +1,68 @@
+package rally
+
+import (
+	"context"
+
+	"github.com/rallyws/rally/internal/bufpool"
+)
+
+// Message assembly, one home for Read, ReadAppend and a Server's Message
+// callback (Reader streams chunks instead, see read.go).
+
+// message is a data message being gathered across reads (or, once whole,
+// handed out until the next event).
+type message struct {
+	buf    *[]byte
+	typ    MessageType
+	handed bool // buf holds a whole message handed out by nextMessage
+}
+
+// nextMessage returns the next whole data message. Its bytes are valid
+// until the next read call: they alias the read buffer (a message whole
+// inside one read, no copy) or the gathering buffer. If ctx ends while a
+// message is being gathered, what arrived is kept and the next call goes
+// on with it. The caller holds the read lock.
+func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
+	m := &c.rd.msg
+	if m.handed {
+		m.release()
+	}
+	for {
+		ev, err := c.nextEvent(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ev.first && ev.fin && m.buf == nil {
+			return MessageType(ev.op), ev.payload, nil
+		}
+		if ev.first {
+			m.buf = bufpool.Get(len(ev.payload))
+			m.typ = MessageType(ev.op)
+		}
+		m.append(ev.payload)
+		if ev.fin {
+			m.handed = true
+			return m.typ, *m.buf, nil
+		}
+	}
+}
+
+// append adds a chunk, growing the borrowed buffer as payload arrives
+// (never from what a header claims).
+func (m *message) append(p []byte) {
+	b := *m.buf
+	if len(b)+len(p) > cap(b) {
+		nb := bufpool.Get(max(2*cap(b), len(b)+len(p)))
+		*nb = append(*nb, b...)
+		bufpool.Put(m.buf)
+		m.buf = nb
+	}
+	*m.buf = append(*m.buf, p...)
+}
+
+// release gives the gathering buffer back.
+func (m *message) release() {
+	bufpool.Put(m.buf)
+	m.buf = nil
+	m.handed = false
+}

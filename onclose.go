@@ -1,0 +1,19 @@
+package rally
+
+// OnClose registers f to be called once the connection has ended, with how
+// it ended. If it has already ended, f runs at once. f runs on whichever
+// goroutine ended the connection and must not block; it is how packages
+// built on rally (pubsub) learn that a connection is gone. A panic in f is
+// recovered and logged.
+func (c *Conn) OnClose(f func(*CloseError)) {
+	c.wr.mu.Lock()
+	select {
+	case <-c.cl.done:
+		c.wr.mu.Unlock()
+		c.runOnClose(f, c.cl.final)
+		return
+	default:
+	}
+	c.cl.onClose = append(c.cl.onClose, f)
+	c.wr.mu.Unlock()
+}

@@ -1,0 +1,119 @@
+package rally
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rallyws/rally/deflate"
+	"github.com/rallyws/rally/frame"
+)
+
+// PreparedMessage is a message framed once and sent to many connections
+// (a broadcast, a pub/sub delivery): server connections send its bytes as
+// they are, without framing or copying them again. It is immutable and safe
+// for concurrent use.
+type PreparedMessage struct {
+	typ     MessageType
+	frame   []byte // header and payload as a server sends them
+	payload []byte // a slice of frame
+
+	mu       sync.Mutex
+	variants []preparedDeflate // compressed frames, made on first use
+
+	checkOnce sync.Once
+	invalid   error // the payload's UTF-8 check, made on first use
+}
+
+// NewPreparedMessage frames a copy of p as a message of type typ.
+func NewPreparedMessage(typ MessageType, p []byte) (*PreparedMessage, error) {
+	if !typ.valid() {
+		return nil, errWriteType
+	}
+	h := frame.Header{Fin: true, Opcode: frame.Opcode(typ), Length: int64(len(p))}
+	b := make([]byte, h.Size()+len(p))
+	n := frame.Put(b, h)
+	copy(b[n:], p)
+	return &PreparedMessage{typ: typ, frame: b, payload: b[n:]}, nil
+}
+
+// Type returns the message's type.
+func (pm *PreparedMessage) Type() MessageType { return pm.typ }
+
+// Payload returns the message's payload. It must not be modified.
+func (pm *PreparedMessage) Payload() []byte { return pm.payload }
+
+// SendPrepared is Send for a prepared message.
+func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
+	if err := c.checkPrepared(pm); err != nil {
+		return Dropped, err
+	}
+	if f := c.preparedFrame(pm); f != nil {
+		return c.sendFrame(frame.Opcode(pm.typ), nil, f, nil, CompressAuto)
+	}
+	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil, CompressAuto)
+}
+
+// WritePrepared is Write for a prepared message.
+func (c *Conn) WritePrepared(ctx context.Context, pm *PreparedMessage) error {
+	if err := c.checkPrepared(pm); err != nil {
+		return err
+	}
+	if f := c.preparedFrame(pm); f != nil {
+		return c.write(ctx, 0, true, nil, f, CompressAuto, lanePrepared)
+	}
+	return c.Write(ctx, pm.typ, pm.payload)
+}
+
+// checkPrepared is checkMessage for a prepared message: its text is
+// checked once, the first time a connection that validates on send asks.
+func (c *Conn) checkPrepared(pm *PreparedMessage) error {
+	if pm.typ != Text || !c.opts.ValidateUTF8OnSend {
+		return nil
+	}
+	pm.checkOnce.Do(func() { pm.invalid = c.checkMessage(Text, pm.payload) })
+	return pm.invalid
+}
+
+// preparedFrame is the frame of pm this server connection sends: shared
+// and compressed once when the connection compresses without context,
+// else the plain one. It returns nil when the connection frames the
+// payload itself: a client (it masks), or a connection that keeps
+// compression context (it compresses in its own order: see frameLocked).
+func (c *Conn) preparedFrame(pm *PreparedMessage) []byte {
+	if !c.server {
+		return nil
+	}
+	z := c.z
+	if z == nil || z.comp == nil || !z.wantsCompression(len(pm.payload), CompressAuto) {
+		return pm.frame
+	}
+	if z.takeover {
+		return nil
+	}
+	return pm.deflated(z.level, z.bits)
+}
+
+// preparedDeflate is a prepared message's compressed frame for one level
+// and window, made once and shared by every receiver that keeps no send
+// context with that window.
+type preparedDeflate struct {
+	level, bits int
+	frame       []byte
+}
+
+func (pm *PreparedMessage) deflated(level, bits int) []byte {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	for _, v := range pm.variants {
+		if v.level == level && v.bits == bits {
+			return v.frame
+		}
+	}
+	body := deflate.CompressOnce(nil, pm.payload, level, bits)
+	h := frame.Header{Fin: true, Rsv: frame.Rsv1, Opcode: frame.Opcode(pm.typ), Length: int64(len(body))}
+	b := make([]byte, h.Size()+len(body))
+	n := frame.Put(b, h)
+	copy(b[n:], body)
+	pm.variants = append(pm.variants, preparedDeflate{level: level, bits: bits, frame: b})
+	return b
+}

@@ -1,0 +1,376 @@
+package rally
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// The send queue's invariants (see sendQueue), checked after every step of
+// random operation sequences. Each frame's bytes start with its own id, so
+// the bytes the transport took and those still waiting can be cut back
+// into frames and compared with what was pushed.
+
+type qmodel struct {
+	q       sendQueue
+	frames  map[uint32]*qframe // by id
+	nextID  uint32
+	taken   []byte   // what the transport took, in order
+	busy    []byte   // a copy of [head, busy) while a write is in progress
+	busyBuf []byte   // the queue's own bytes being written
+	pushed  []uint32 // ordered frames, in push order (held ones when they join)
+	pongs   []uint32 // pongs, in push order
+	heldIDs []uint32 // held, not yet joined
+	failed  bool
+}
+
+type qframe struct {
+	id       uint32
+	size     int
+	pong     bool
+	keep     bool
+	seq      uint64
+	calls    int
+	err      error
+	gone     bool // withdrawn or replaced: never on the wire
+	heldOnly bool // pushed to the held lane and dropped by a failure
+}
+
+func newQModel() *qmodel { return &qmodel{frames: map[uint32]*qframe{}} }
+
+func (m *qmodel) frameBytes(f *qframe) []byte {
+	b := make([]byte, f.size)
+	binary.BigEndian.PutUint32(b, f.id)
+	for i := 4; i < len(b); i++ {
+		b[i] = byte(f.id) ^ byte(i)
+	}
+	return b
+}
+
+func (m *qmodel) newFrame(t *rapid.T, pong bool) *qframe {
+	m.nextID++
+	f := &qframe{id: m.nextID, size: rapid.IntRange(4, 300).Draw(t, "size"), pong: pong}
+	m.frames[f.id] = f
+	return f
+}
+
+func (m *qmodel) done(f *qframe) func(error) {
+	return func(err error) { f.calls++; f.err = err }
+}
+
+func (m *qmodel) runDones() {
+	for _, d := range m.q.dones {
+		d.f(d.err)
+	}
+	m.q.dones = m.q.dones[:0]
+}
+
+func (m *qmodel) endStream(t *rapid.T) {
+	last := m.q.endStream()
+	m.pushed = append(m.pushed, m.heldIDs...)
+	if len(m.heldIDs) > 0 && last != m.q.seq {
+		t.Fatalf("endStream returned %d, want the last sequence number %d", last, m.q.seq)
+	}
+	// Held frames get their sequence numbers as they join.
+	for i, id := range m.heldIDs {
+		m.frames[id].seq = last - uint64(len(m.heldIDs)-1-i)
+	}
+	m.heldIDs = nil
+}
+
+// TestSendQueueKeepsItsInvariants runs 2,000 random sequences (20,000
+// under -long); a failure prints the shortest sequence rapid found and
+// how to replay it.
+func TestSendQueueKeepsItsInvariants(t *testing.T) {
+	rounds := 20
+	if *long {
+		rounds = 200
+	}
+	for range rounds {
+		rapid.Check(t, queueProperty)
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func queueProperty(t *rapid.T) {
+	{
+		m := newQModel()
+		q := &m.q
+		t.Repeat(map[string]func(*rapid.T){
+			"push": func(t *rapid.T) {
+				if q.closed || m.failed {
+					t.Skip("closed")
+				}
+				f := m.newFrame(t, false)
+				f.keep = rapid.Bool().Draw(t, "keep")
+				b := m.frameBytes(f)
+				cut := rapid.IntRange(0, len(b)).Draw(t, "cut")
+				if q.streaming && rapid.Bool().Draw(t, "held") {
+					q.hold(b[:cut], b[cut:], false, [4]byte{}, f.keep, m.done(f))
+					m.heldIDs = append(m.heldIDs, f.id)
+					return
+				}
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, m.done(f))
+				m.pushed = append(m.pushed, f.id)
+			},
+			"pong": func(t *rapid.T) {
+				if q.closed || m.failed {
+					t.Skip("closed")
+				}
+				f := m.newFrame(t, true)
+				if q.blocked {
+					// The newest unsent pong may be replaced: find which
+					// the queue drops by looking for it afterwards.
+					before := m.waitingPongs()
+					q.pushPong(m.frameBytes(f))
+					after := m.waitingPongs()
+					for _, id := range before {
+						if !slices.Contains(after, id) {
+							m.frames[id].gone = true
+						}
+					}
+				} else {
+					n := len(m.waitingPongs())
+					q.pushPong(m.frameBytes(f))
+					if got := len(m.waitingPongs()); got != n+1 {
+						t.Fatalf("a pong pushed while not blocked replaced another: %d waiting pongs, want %d", got, n+1)
+					}
+				}
+				m.pongs = append(m.pongs, f.id)
+			},
+			"stream": func(t *rapid.T) {
+				if m.failed {
+					t.Skip("failed")
+				}
+				if !q.streaming {
+					q.streaming = true
+					return
+				}
+				m.endStream(t)
+			},
+			"close": func(t *rapid.T) {
+				q.closed = true
+			},
+			"take": func(t *rapid.T) {
+				if m.busy != nil || q.queued() == 0 {
+					t.Skip("nothing to take")
+				}
+				before := q.queued()
+				n := rapid.IntRange(0, before).Draw(t, "n")
+				m.taken = append(m.taken, q.pending()[:n]...)
+				q.advance(n)
+				if n < before {
+					q.blocked = true // the transport refused the rest
+				}
+				m.runDones()
+			},
+			"refuse": func(t *rapid.T) {
+				if q.queued() == 0 {
+					t.Skip("empty")
+				}
+				q.blocked = true
+			},
+			"beginWrite": func(t *rapid.T) {
+				if m.busy != nil || q.queued() == 0 {
+					t.Skip("busy or empty")
+				}
+				p := q.pending()
+				q.busy = q.head + len(p)
+				m.busy = append([]byte(nil), p...)
+				m.busyBuf = p
+			},
+			"endWrite": func(t *rapid.T) {
+				if m.busy == nil {
+					t.Skip("not busy")
+				}
+				if !bytes.Equal(m.busyBuf, m.busy) {
+					t.Fatal("bytes being written were moved or overwritten")
+				}
+				n := rapid.IntRange(0, len(m.busy)).Draw(t, "n")
+				q.busy = 0
+				m.busy, m.busyBuf = nil, nil
+				if m.failed {
+					q.releaseIfEmpty()
+					return
+				}
+				m.taken = append(m.taken, q.pending()[:n]...)
+				q.advance(n)
+				m.runDones()
+			},
+			"withdraw": func(t *rapid.T) {
+				if len(m.pushed) == 0 {
+					t.Skip("nothing pushed")
+				}
+				id := rapid.SampledFrom(m.pushed).Draw(t, "id")
+				f := m.frames[id]
+				startedBefore := m.started(f)
+				done, ok := q.withdraw(f.seq)
+				if ok {
+					if f.keep || startedBefore {
+						t.Fatalf("withdrew frame %d (keep %v, started %v)", id, f.keep, startedBefore)
+					}
+					f.gone = true
+					if done != nil {
+						done(errors.New("withdrawn"))
+					}
+				}
+			},
+			"fail": func(t *rapid.T) {
+				q.fail(errors.New("failed"))
+				m.failed = true
+				for _, id := range m.heldIDs {
+					m.frames[id].heldOnly = true
+				}
+				m.heldIDs = nil
+				m.runDones()
+			},
+			"": func(t *rapid.T) { m.check(t) },
+		})
+		// At the end, the transport takes everything left.
+		if m.busy == nil && !m.failed {
+			if q.streaming {
+				m.endStream(t)
+			}
+			if n := q.queued(); n > 0 {
+				m.taken = append(m.taken, q.pending()...)
+				q.advance(n)
+				m.runDones()
+			}
+			m.check(t)
+			for _, f := range m.frames {
+				if !f.pong && !f.gone && f.calls != 1 {
+					t.Fatalf("frame %d completed %d times, want once", f.id, f.calls)
+				}
+			}
+			if q.buf != nil {
+				t.Fatal("an empty queue keeps its buffer")
+			}
+		}
+	}
+}
+
+// waitingPongs lists the pongs not wholly taken yet.
+func (m *qmodel) waitingPongs() []uint32 {
+	var ids []uint32
+	off := 0
+	for _, id := range m.cut(m.stream()) {
+		f := m.frames[id]
+		if f.pong && off+f.size > len(m.taken) {
+			ids = append(ids, id)
+		}
+		off += f.size
+	}
+	return ids
+}
+
+// stream is what the transport took followed by what waits.
+func (m *qmodel) stream() []byte {
+	return append(append([]byte(nil), m.taken...), m.q.pending()...)
+}
+
+// started reports whether some of f's bytes were taken or are being written.
+func (m *qmodel) started(f *qframe) bool {
+	off := 0
+	for _, id := range m.cut(m.stream()) {
+		if id == f.id {
+			return off < len(m.taken)+len(m.busy)
+		}
+		off += m.frames[id].size
+	}
+	return false
+}
+
+// cut splits a stream into frames by their ids.
+func (m *qmodel) cut(b []byte) []uint32 {
+	var ids []uint32
+	for len(b) >= 4 {
+		id := binary.BigEndian.Uint32(b)
+		f := m.frames[id]
+		if f == nil {
+			panic(fmt.Sprintf("unknown frame id %d", id))
+		}
+		ids = append(ids, id)
+		b = b[min(f.size, len(b)):]
+	}
+	return ids
+}
+
+func (m *qmodel) check(t *rapid.T) {
+	q := &m.q
+	stream := m.stream()
+	ids := m.cut(stream)
+	// Whole frames, each exactly its own bytes.
+	off := 0
+	for _, id := range ids {
+		f := m.frames[id]
+		want := m.frameBytes(f)
+		end := min(off+f.size, len(stream))
+		if !bytes.Equal(stream[off:end], want[:end-off]) {
+			t.Fatalf("frame %d is not whole on the wire: a frame went inside another", id)
+		}
+		if f.gone && off+f.size > len(m.taken) && !m.failed {
+			t.Fatalf("frame %d was withdrawn or replaced but waits to leave", id)
+		}
+		off += f.size
+	}
+	// Ordered frames keep their order; pongs keep theirs.
+	var ordered, pongs []uint32
+	for _, id := range ids {
+		if m.frames[id].pong {
+			pongs = append(pongs, id)
+		} else {
+			ordered = append(ordered, id)
+		}
+	}
+	// Ordered frames go in the order they joined the main lane (held ones
+	// when their stream ended).
+	rank := make([]int, len(ordered))
+	for i, id := range ordered {
+		rank[i] = slices.Index(m.pushed, id)
+	}
+	if !slices.IsSorted(rank) || !slices.IsSorted(pongs) {
+		t.Fatalf("frames out of order on the wire: %v (ordered frames joined in the order %v)", ids, m.pushed)
+	}
+	// Completions: once, nil exactly when the frame was taken whole.
+	off = 0
+	for _, id := range ids {
+		f := m.frames[id]
+		whole := off+f.size <= len(m.taken)
+		if !f.pong && !f.gone {
+			if f.calls > 1 {
+				t.Fatalf("frame %d completed %d times", id, f.calls)
+			}
+			if whole && (f.calls != 1 || f.err != nil) {
+				t.Fatalf("frame %d left whole but its completion was called %d times with %v ", id, f.calls, f.err)
+			}
+			if !whole && f.calls == 1 && f.err == nil {
+				t.Fatalf("frame %d completed before it left", id)
+			}
+			if (f.seq <= q.doneSeq) != whole && f.seq != 0 {
+				t.Fatalf("frame %d (seq %d): left %v, but doneSeq is %d", id, f.seq, whole, q.doneSeq)
+			}
+		}
+		off += f.size
+	}
+	// Nothing held is on the wire, and the sizes add up.
+	held := 0
+	for _, id := range m.heldIDs {
+		if slices.Contains(ids, id) {
+			t.Fatalf("held frame %d is on the wire during the stream", id)
+		}
+		held += m.frames[id].size
+	}
+	if q.size() != q.queued()+held {
+		t.Fatalf("size %d, want %d queued + %d held", q.size(), q.queued(), held)
+	}
+	if len(m.busy) > 0 && !bytes.Equal(m.busyBuf, m.busy) {
+		t.Fatal("bytes being written were moved or overwritten")
+	}
+}

@@ -1,0 +1,39 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/rallyws/rally"
+)
+
+// chatTopic is the hub topic of /chat. "#" is not allowed in /ws topics,
+// so no /ws client can subscribe to it or publish on it.
+const chatTopic = "#chat"
+
+// chatOpen puts a /chat connection in the room before its first message
+// is read, so that it gets everything sent after its handshake.
+func (s *Server) chatOpen(c *rally.Conn) {
+	s.opened("chat")(c)
+	if err := s.hub.Subscribe(c, chatTopic); err != nil && !errors.Is(err, rally.ErrClosed) {
+		s.log.Warn("chat: other nodes not told", "err", err)
+	}
+}
+
+// chatMessage relays a /chat message as it is (same bytes, same type) to
+// every /chat client, the sender included, on every node.
+func (s *Server) chatMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
+	res, err := s.hub.PublishFrom(c, chatTopic, typ, p)
+	switch st, _ := c.Send(typ, p); st {
+	case rally.Sent:
+		res.Sent++
+	case rally.Queued:
+		res.Queued++
+	default:
+		res.Dropped++
+	}
+	s.published("chat", res, len(p))
+	if err != nil {
+		s.m.drops.WithLabelValues("broker").Inc()
+		s.log.Warn("chat: other nodes not reached", "err", err)
+	}
+}
