@@ -87,6 +87,7 @@ func (p *Protection) fill() error {
 type guard struct {
 	budget       *rally.MemoryBudget
 	pressureLog  *everyLog
+	shedLog      *everyLog
 	opsAddr      atomic.Value // string
 	opsLn        *opsListener
 	open         openConns
@@ -105,6 +106,7 @@ func (s *Server) protect() error {
 	s.echo.Options.ReadLimit = int64(p.EchoMaxMessageBytes)
 	s.trackConns()
 	s.pressureLog = newEveryLog(s.log, 10*time.Second)
+	s.shedLog = newEveryLog(s.log, 10*time.Second)
 	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_accept_errors_total", Help: "Errors accepting TCP connections, by reason (fd_limit: no file descriptor left; other).",
 	}, []string{"reason"})
@@ -141,6 +143,11 @@ const (
 	freeInterval = 10 * time.Second
 )
 
+// idleFreeBytes is how much free heap the runtime may keep from the OS
+// (and at least half of what is in use) before the memory watch gives it
+// back at once rather than leaving it to the background scavenger.
+const idleFreeBytes = 64 << 20
+
 // massDisconnect is how many connections must have closed, and at least
 // half of those open at the peak, for the memory watch to give memory
 // back to the OS at once.
@@ -155,9 +162,10 @@ const massDisconnect = 100
 // reclaimed yet (the queues of connections just cut; nothing allocates
 // once a load has ended): when that is what makes the pressure, it forces
 // a collection (at most once per gcInterval), so that new clients are not
-// refused for memory that is not held; after a mass disconnect it gives
-// free memory back to the OS (debug.FreeOSMemory, at most once per
-// freeInterval), so that RSS goes back down after the load. Neither runs
+// refused for memory that is not held; after a mass disconnect, or when
+// the runtime keeps much more free memory than idleFreeBytes, it gives it
+// back to the OS (debug.FreeOSMemory, at most once per freeInterval), so
+// that RSS goes back down after the load. Neither runs
 // on a connection's path.
 func (s *Server) watchMemory(ctx context.Context) {
 	samples := []rtmetrics.Sample{
@@ -165,11 +173,13 @@ func (s *Server) watchMemory(ctx context.Context) {
 		{Name: "/memory/classes/heap/released:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 	}
+	var free int64 // heap memory free but not yet given back to the OS
 	held := func() int64 {
 		rtmetrics.Read(samples)
 		if samples[0].Value.Kind() != rtmetrics.KindUint64 {
 			return 0
 		}
+		free = int64(samples[2].Value.Uint64())
 		return int64(samples[0].Value.Uint64() - samples[1].Value.Uint64() - samples[2].Value.Uint64())
 	}
 	t := time.NewTicker(250 * time.Millisecond)
@@ -177,11 +187,13 @@ func (s *Server) watchMemory(ctx context.Context) {
 	var lastGC, lastFree time.Time
 	peakConns := s.conns.Load()
 	for {
-		s.budget.Observe(held())
+		h := held()
+		s.budget.Observe(h)
 		conns := s.conns.Load()
 		peakConns = max(peakConns, conns)
 		massGone := peakConns-conns >= massDisconnect && conns <= peakConns/2
-		if massGone && time.Since(lastFree) >= freeInterval {
+		idleFree := free >= idleFreeBytes && free >= h/2
+		if (massGone || idleFree) && time.Since(lastFree) >= freeInterval {
 			debug.FreeOSMemory()
 			lastGC, lastFree, peakConns = time.Now(), time.Now(), conns
 			s.budget.Observe(held())
@@ -197,7 +209,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 			n += s.shedSlowest(held())
 		}
 		if n > 0 {
-			s.pressureLog.warn("slow clients cut: memory budget under high pressure", "cut", n,
+			s.shedLog.warn("slow clients cut: memory budget under pressure", "cut", n,
 				"used", s.budget.Used(), "limit", s.budget.Limit())
 		}
 		select {
