@@ -148,9 +148,11 @@ const (
 // back at once rather than leaving it to the background scavenger.
 const idleFreeBytes = 64 << 20
 
-// massDisconnect is how many connections must have closed, and at least
-// half of those open at the peak, for the memory watch to give memory
-// back to the OS at once.
+// massDisconnect is how many connections must have closed since the
+// last return of memory to the OS (from the most open since) for the
+// memory watch to collect and return memory again. A burst of closes is
+// seen over several ticks, and what closing connections release comes
+// after their count drops: the next return, freeInterval later, takes it.
 const massDisconnect = 100
 
 // watchMemory tells the budget, every quarter second until ctx ends, how
@@ -191,7 +193,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 		s.budget.Observe(h)
 		conns := s.conns.Load()
 		peakConns = max(peakConns, conns)
-		massGone := peakConns-conns >= massDisconnect && conns <= peakConns/2
+		massGone := peakConns-conns >= massDisconnect
 		idleFree := free >= idleFreeBytes && free >= h/2
 		if (massGone || idleFree) && time.Since(lastFree) >= freeInterval {
 			debug.FreeOSMemory()
