@@ -187,6 +187,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	var lastGC, lastFree time.Time
+	again := false
 	peakConns := s.conns.Load()
 	for {
 		h := held()
@@ -195,8 +196,11 @@ func (s *Server) watchMemory(ctx context.Context) {
 		peakConns = max(peakConns, conns)
 		massGone := peakConns-conns >= massDisconnect
 		idleFree := free >= idleFreeBytes && free >= h/2
-		if (massGone || idleFree) && time.Since(lastFree) >= freeInterval {
+		if (massGone || idleFree || again) && time.Since(lastFree) >= freeInterval {
 			debug.FreeOSMemory()
+			// Once more after the next interval: connections that just
+			// closed may still hold their buffers (a close handshake).
+			again = massGone
 			lastGC, lastFree, peakConns = time.Now(), time.Now(), conns
 			s.budget.Observe(held())
 		}
