@@ -4,7 +4,8 @@
 #                no external peers (packages that need node, Chromium or
 #                Python are left out or skip under -short)
 #   make test    everything: installs the peers the tests need (npm packages,
-#                Debian's chromium, python3-websockets, tinyproxy), then runs
+#                Debian's chromium, python3-websockets and the proxies:
+#                tinyproxy, stunnel4, dante-server, microsocks), then runs
 #                every test with -race. This is what CI runs.
 #   make bench   the side-by-side benchmarks against other libraries
 #   make hostile the hostile scenarios of `rally bench` against `rally serve

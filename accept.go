@@ -39,13 +39,29 @@ import (
 // the server set on it are cleared, and every byte the server had already
 // read past the request head is the start of the WebSocket stream. After
 // Accept returns, w and r.Body must not be used; r's headers and URL may
-// be. WebSockets over HTTP/2 (RFC 8441) are not supported: such a request
-// has no Upgrade and Connection headers and gets a 400. A ResponseWriter
-// that cannot be hijacked gets a 500. To upgrade a net.Conn without
-// net/http, see Upgrade.
+// be. A ResponseWriter that cannot be hijacked gets a 500. To upgrade a
+// net.Conn without net/http, see Upgrade.
+//
+// An HTTP/2 request (r.ProtoMajor 2) is a WebSocket over HTTP/2 (RFC
+// 8441): an extended CONNECT with :protocol websocket, checked for
+// Sec-WebSocket-Version and Origin and negotiated (Authorize, subprotocol,
+// compression) as above, answered with 200 instead of 101 (405 with
+// Allow: CONNECT for another method, 400 without :protocol websocket).
+// The connection is then that stream of the HTTP/2 connection, which
+// other requests share; it has the same contract and options. The stream
+// lives in the handler: over HTTP/2 the handler must not return before
+// the connection has ended (wait for <-c.Done()), and must register its
+// pattern without a method ("/ws", not "GET /ws"), or net/http answers
+// CONNECT with 405. net/http accepts these requests only when the process
+// starts with GODEBUG=http2xconnect=1 (see CheckHTTP2); without it, an
+// HTTP/2 request to a WebSocket endpoint gets a 400 saying so, and a
+// warning is logged once.
 func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn, error) {
 	if opts == nil {
 		opts = &AcceptOptions{}
+	}
+	if r.ProtoMajor == 2 && r.Method != "PRI" { // PRI: a preface sent to an HTTP/1.1 server
+		return acceptH2(w, r, opts)
 	}
 	q := upgradeRequestOf(r)
 	key, rf := q.check(opts)

@@ -71,11 +71,22 @@ func (c *Conn) Close(code uint16, reason string) error {
 
 // CloseNow closes the TCP connection at once, without a close handshake.
 // Pending sends fail; a blocked Read returns a *CloseError with code 1006.
+//
+// If the read side has already ended with a close frame (a Read returned
+// the peer's close, or a violation was announced), the handshake is over
+// but for rally's close frame, which may still be queued: CloseNow then
+// lets it go out and the connection wind down on its own (bounded by
+// CloseTimeout) instead of cutting it, so that the common
+// "defer c.CloseNow()" after a read loop does not turn a clean close into
+// 1006 for the peer.
 func (c *Conn) CloseNow() error {
 	select {
 	case <-c.cl.done:
 		return ErrClosed
 	default:
+	}
+	if c.cl.readEnd.Load() != nil {
+		return nil
 	}
 	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errors.New("closed by this side without a close handshake")})
 	return nil
@@ -92,14 +103,15 @@ func (c *Conn) sendClose(payload []byte) bool {
 		c.unlockWrite()
 		return false
 	}
+	if q.streaming {
+		// The close frame does not wait for a streamed message (whose
+		// writer may never finish it): what was held for the message's
+		// end can no longer go, and the message stays unfinished.
+		q.failHeld(ErrClosed)
+	}
 	f := c.frameLocked(frame.OpClose, true, payload, CompressNever, false)
 	var err error
-	if q.streaming {
-		// After the streamed message and what was held meanwhile.
-		q.hold(f.hdr, f.payload, f.masked, f.key, true, nil)
-	} else {
-		c.wr.closeSeq, err = c.enqueueLocked(&f, !c.corkedLocked(g), false)
-	}
+	c.wr.closeSeq, err = c.enqueueLocked(&f, !c.corkedLocked(g), false)
 	q.closed = true
 	if err == nil {
 		c.wr.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
@@ -124,7 +136,7 @@ func (c *Conn) closeTimedOut() {
 func (c *Conn) waitCloseSent() {
 	for {
 		c.wr.mu.Lock()
-		if c.wr.err != nil || (c.wr.closeSeq != 0 && c.wr.q.doneSeq >= c.wr.closeSeq) {
+		if c.wr.err != nil || c.wr.q.doneSeq >= c.wr.closeSeq {
 			c.unlockWrite()
 			return
 		}

@@ -104,11 +104,17 @@ type compression struct {
 	bits      int  // the window this side sends with
 	takeover  bool // this side keeps context between the messages it sends
 	threshold int
-	sendUsed  bool    // since the last idle; guarded by the connection's write lock
-	recvUsed  bool    // since the last idle; the reader's
-	lastOut   int     // the size the last message inflated to; the reader's
-	gathered  message // a compressed message being gathered; the reader's
-	inflated  *[]byte // the last inflated message, valid until the next event; the reader's
+	sendUsed  bool // since the last idle; guarded by the connection's write lock
+	recvUsed  bool // since the last idle; the reader's
+
+	// The reader's: the compressed message being inflated, piece by piece
+	// as its frames arrive.
+	inflating bool // a chunk was fed and may still give pieces
+	op        frame.Opcode
+	first     bool // the next piece is the message's first
+	fin       bool // the chunk fed ends the message
+	size      int64
+	utf8      frame.UTF8
 }
 
 // enableCompression sets the connection up for the negotiated parameters.
@@ -184,33 +190,61 @@ func (c *Conn) compressPartLocked(p []byte, final bool) *[]byte {
 	return buf
 }
 
-// inflate turns a gathered compressed message into its payload, checked
-// against the read limit while inflating and, for text, for UTF-8.
-func (c *Conn) inflate(op frame.Opcode, msg []byte) ([]byte, error) {
+// feedCompressed hands a chunk of a compressed message (RSV1 on its first
+// frame, RFC 7692 6.1) to the inflater; nextPiece then takes what it
+// inflates from it. The wire size was checked on the header.
+func (c *Conn) feedCompressed(ev event) {
 	z := c.z
-	if z.inflated == nil {
-		// Start from the size the last message inflated to, so that a
-		// stream of large messages reuses pooled buffers instead of
-		// growing a new one each time.
-		z.inflated = bufpool.Get(max(readBufferSize, z.lastOut))
+	if ev.first {
+		z.op, z.first, z.size = ev.op, true, 0
+		z.utf8.Reset()
 	}
-	limit := c.rd.p.readLimit
-	if limit <= 0 {
-		limit = 1<<63 - 1
-	}
-	out, err := z.decomp.Inflate((*z.inflated)[:0], msg, limit)
-	c.z.recvUsed = true
+	z.decomp.Feed(ev.payload, ev.fin)
+	z.inflating, z.fin, z.recvUsed = true, ev.fin, true
+}
+
+// nextPiece returns the next piece the inflater makes of the chunk fed
+// last, as a data event (valid until the next event), checking the read
+// limit on the inflated size and text for UTF-8 as each piece comes: a
+// bad byte in the first KiB of a large message fails the message there,
+// not at its end. ok is false when the chunk is used up and the message
+// goes on in later frames. The end of a message is its own empty event.
+func (c *Conn) nextPiece() (ev event, ok bool, err error) {
+	z := c.z
+	p, err := z.decomp.Next()
 	if err != nil {
-		return nil, err
+		z.inflating = false
+		return event{}, false, c.violated(err)
 	}
-	c.z.lastOut = len(out)
-	if cap(out) > cap(*z.inflated) {
-		*z.inflated = out[:0] // keep the grown buffer for the rest of this message's life
+	if p != nil {
+		z.size += int64(len(p))
+		if limit := c.rd.p.readLimit; limit > 0 && z.size > limit {
+			return event{}, false, c.inflateFailed(violation(frame.CloseTooBig, "message larger than the read limit"))
+		}
+		if z.op == frame.OpText && z.utf8.Feed(p) >= 0 {
+			return event{}, false, c.inflateFailed(violation(frame.CloseInvalidPayload, "text message is not valid UTF-8"))
+		}
+		ev = event{kind: evData, op: z.op, payload: p, first: z.first}
+		z.first = false
+		return ev, true, nil
 	}
-	if op == frame.OpText && !frame.ValidUTF8(out) {
-		return nil, violation(frame.CloseInvalidPayload, "text message is not valid UTF-8")
+	z.inflating = false
+	if !z.fin {
+		return event{}, false, nil
 	}
-	return out, nil
+	if z.op == frame.OpText && !z.utf8.Complete() {
+		return event{}, false, c.violated(violation(frame.CloseInvalidPayload, "text message ends inside a UTF-8 sequence"))
+	}
+	ev = event{kind: evData, op: z.op, first: z.first, fin: true}
+	z.first = false
+	return ev, true, nil
+}
+
+// inflateFailed stops the message being inflated and fails the connection.
+func (c *Conn) inflateFailed(err error) error {
+	c.z.decomp.Abort()
+	c.z.inflating = false
+	return c.violated(err)
 }
 
 // idleCompression gives pooled codec state back when the connection goes

@@ -1201,3 +1201,49 @@ func TestWriterCompressesAStreamedMessageFrameByFrame(t *testing.T) {
 		})
 	}
 }
+
+// Compressed text fails fast too: the first frame of a compressed message
+// whose inflated bytes are not valid UTF-8 closes the connection with 1007
+// at once, before the rest of the message is sent (the peer never sends
+// it), and a bad byte that only the inflater sees is found as it is
+// inflated, not after the whole message.
+func TestCompressedTextFailsAtTheFirstBadByteAfterItsFirstFrame(t *testing.T) {
+	for _, side := range []string{"Server", "Client"} {
+		t.Run(side, func(t *testing.T) {
+			var c *rally.Conn
+			var p *rawpeer.Peer
+			if side == "Server" {
+				c, p = acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{}}, "permessage-deflate")
+			} else {
+				var err error
+				_, c, p, err = dialAnswered(t, nil, "permessage-deflate")
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			ended := make(chan error, 1)
+			go func() {
+				_, _, err := c.Read(context.Background())
+				ended <- err
+			}()
+			// The first frame inflates to "ok" then a byte that is never
+			// UTF-8; the message would go on for 16 MiB.
+			var buf bytes.Buffer
+			w, _ := flate.NewWriter(&buf, flate.BestSpeed)
+			w.Write([]byte("ok \xff and more"))
+			w.Flush()
+			first := rawpeer.Frame{Rsv: rawpeer.Rsv1, Opcode: rawpeer.OpText, Payload: bytes.Clone(buf.Bytes())}
+			if err := p.WriteFrame(first); err != nil {
+				t.Fatal(err)
+			}
+			f := p.ExpectClose(t, rally.CloseInvalidPayload)
+			checkCloseFrame(t, f)
+			select {
+			case err := <-ended:
+				checkProtocolError(t, err, rally.CloseInvalidPayload, "UTF-8")
+			case <-time.After(wireTimeout):
+				t.Fatal("Read did not end")
+			}
+		})
+	}
+}

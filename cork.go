@@ -15,10 +15,9 @@ package rally
 // corkState is a connection's corks, guarded by the write lock.
 type corkState struct {
 	holders [4]corkHolder // goroutines holding this connection's own corks
-	joined  [4]joinedCork // other connections' corks this one joined (JoinCork)
+	joined  []joinedCork  // other connections' corks this one joined (JoinCork); its backing array is kept
 	peers   []joinedPeer  // connections that joined this one's corks
 	spare   []joinedPeer  // peers' backing array, kept between batches
-	nJoined int
 }
 
 type corkHolder struct {
@@ -141,7 +140,7 @@ func (c *Conn) corkedLocked(g uintptr) bool {
 		return true
 	}
 	k := &c.wr.corks
-	for i := range k.nJoined {
+	for i := range k.joined {
 		if k.joined[i].g == g {
 			return true
 		}
@@ -157,7 +156,7 @@ func (c *Conn) anyCorkLocked() bool {
 			return true
 		}
 	}
-	return k.nJoined > 0
+	return len(k.joined) > 0
 }
 
 // uncorkedLocked writes what was gathered once no cork holds it any more.
@@ -194,22 +193,16 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 		return false
 	}
 	k := &c.wr.corks
-	for _, j := range k.joined[:k.nJoined] {
+	for _, j := range k.joined {
 		if j.origin == origin && j.g == g {
 			// Joined already: it flushes when this batch ends.
 			c.unlockWrite()
 			return true
 		}
 	}
-	if k.nJoined == len(k.joined) {
-		// Held by enough batches already: it flushes when they end.
-		c.unlockWrite()
-		return true
-	}
 	// Joining several origins' batches at once (publishers whose batches
 	// overlap) makes a receiver take one write for all of them.
-	k.joined[k.nJoined] = joinedCork{origin: origin, g: g}
-	k.nJoined++
+	k.joined = append(k.joined, joinedCork{origin: origin, g: g})
 	c.unlockWrite()
 	origin.wr.mu.Lock()
 	if !origin.holdsCorkLocked(g) {
@@ -226,11 +219,12 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 func (c *Conn) leaveCork(origin *Conn, g uintptr) {
 	c.wr.mu.Lock()
 	k := &c.wr.corks
-	for i := range k.nJoined {
-		if j := k.joined[i]; j.origin == origin && j.g == g {
-			k.nJoined--
-			k.joined[i] = k.joined[k.nJoined]
-			k.joined[k.nJoined] = joinedCork{}
+	for i, j := range k.joined {
+		if j.origin == origin && j.g == g {
+			last := len(k.joined) - 1
+			k.joined[i] = k.joined[last]
+			k.joined[last] = joinedCork{}
+			k.joined = k.joined[:last]
 			break
 		}
 	}

@@ -31,13 +31,17 @@ import (
 // affect the open connection. On a timeout the error wraps
 // context.DeadlineExceeded.
 //
-// The connection goes through the HTTP proxy opts.Proxy chooses (by
-// default the one the environment names, never for loopback addresses;
-// see DialOptions.Proxy). Redirects are followed only when
-// opts.FollowRedirects is set.
+// The connection goes through the proxy (HTTP, HTTPS or SOCKS5)
+// opts.Proxy chooses (by default the one the environment names, never for
+// loopback addresses; see DialOptions.Proxy). Redirects are followed only
+// when opts.FollowRedirects is set.
 //
 // The user and password of the URL, if any, are sent as Basic
 // credentials unless opts.Header has an Authorization of its own.
+//
+// With opts.HTTP2 set, the WebSocket may be a stream of an HTTP/2
+// connection (RFC 8441) that other Dials share; the response is then the
+// server's 200 (see DialOptions.HTTP2 and HTTP2Mode).
 //
 // It returns the open connection and the server's 101 response (Body
 // empty). When the server, or the proxy, answered but the handshake
@@ -130,6 +134,15 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	if err != nil {
 		return nil, nil, fail(err)
 	}
+	if opts.HTTP2 == HTTP2Require && proxy != nil {
+		return nil, nil, fail(errors.New("WebSockets over HTTP/2 through a proxy are not supported"))
+	}
+	if opts.HTTP2 != HTTP2Never && proxy == nil {
+		c, resp, err := dialH2(ctx, u, secure, header, offer, zopts, opts)
+		if err != errFallback {
+			return c, resp, err
+		}
+	}
 	// ctxErr prefers the reason the context ended over the I/O error it
 	// caused (a dial canceled, a read past a deadline).
 	ctxErr := func(err error) error {
@@ -168,7 +181,7 @@ func dialOnce(ctx context.Context, u *url.URL, secure bool, header http.Header, 
 	nc := raw
 	if proxy != nil {
 		var resp *http.Response
-		nc, resp, err = openTunnel(raw, proxy, addr)
+		nc, resp, err = throughProxy(ctx, raw, proxy, addr, opts.TLSConfig)
 		if err != nil {
 			abort()
 			if resp != nil {

@@ -58,11 +58,20 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		}
 		return seq, nil
 	}
-	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.done)
+	// The completion joins the record only once the write attempt did not
+	// fail: a failure here is reported by the caller, once.
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, nil)
 	if direct && !c.wr.flushing {
 		c.kickLocked(inline)
 		if c.wr.err != nil {
 			return 0, c.wr.err
+		}
+	}
+	if f.done != nil {
+		if q.doneSeq >= seq {
+			q.dones = append(q.dones, doneCall{f.done, nil})
+		} else {
+			q.setDone(seq, f.done)
 		}
 	}
 	return seq, nil

@@ -167,6 +167,7 @@ type upgradeRequest struct {
 	origin     []string
 	protocol   []string // Sec-WebSocket-Protocol: the client's offers
 	hasBody    bool     // Content-Length > 0 or any Transfer-Encoding
+	h2protocol []string // HTTP/2's :protocol pseudo-header (RFC 8441)
 }
 
 // upgradeRequestOf gathers what the server's rules look at in r, a request
@@ -185,7 +186,8 @@ func upgradeRequestOf(r *http.Request) upgradeRequest {
 		origin:     r.Header["Origin"],
 		protocol:   r.Header["Sec-Websocket-Protocol"],
 		// A chunked body has ContentLength -1.
-		hasBody: r.ContentLength != 0 || len(r.TransferEncoding) > 0,
+		hasBody:    r.ContentLength != 0 || len(r.TransferEncoding) > 0,
+		h2protocol: r.Header[":protocol"],
 	}
 }
 
@@ -261,22 +263,33 @@ func (q *upgradeRequest) check(o *AcceptOptions) (key string, r *refusal) {
 	if !validKey(key) {
 		return "", &refusal{status: http.StatusBadRequest, reason: "Sec-WebSocket-Key is not 16 bytes in base64"}
 	}
-	if len(q.version) != 1 || strings.Trim(q.version[0], " \t") != "13" {
-		return "", &refusal{status: http.StatusUpgradeRequired, reason: "Sec-WebSocket-Version must be 13", headers: version13}
-	}
-	if !o.InsecureSkipOriginCheck {
-		ok, err := originAllowed(q.origin, q.host, o.OriginPatterns)
-		if err != nil {
-			return "", &refusal{status: http.StatusInternalServerError, reason: err.Error()}
-		}
-		if !ok {
-			return "", &refusal{status: http.StatusForbidden, reason: "Origin is not allowed"}
-		}
+	if rf := q.checkVersionAndOrigin(o); rf != nil {
+		return "", rf
 	}
 	if q.hasBody {
 		return "", &refusal{status: http.StatusBadRequest, reason: "an upgrade request must not carry a body"}
 	}
 	return key, nil
+}
+
+// checkVersionAndOrigin applies the rules HTTP/1.1 and HTTP/2 (RFC 8441
+// section 5) share: 426 for a Sec-WebSocket-Version that is missing or not
+// 13, 403 for an Origin the policy refuses, 500 for a malformed origin
+// pattern.
+func (q *upgradeRequest) checkVersionAndOrigin(o *AcceptOptions) *refusal {
+	if len(q.version) != 1 || strings.Trim(q.version[0], " \t") != "13" {
+		return &refusal{status: http.StatusUpgradeRequired, reason: "Sec-WebSocket-Version must be 13", headers: version13}
+	}
+	if !o.InsecureSkipOriginCheck {
+		ok, err := originAllowed(q.origin, q.host, o.OriginPatterns)
+		if err != nil {
+			return &refusal{status: http.StatusInternalServerError, reason: err.Error()}
+		}
+		if !ok {
+			return &refusal{status: http.StatusForbidden, reason: "Origin is not allowed"}
+		}
+	}
+	return nil
 }
 
 // originAllowed applies the origin policy to the Origin header lines of a

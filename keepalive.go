@@ -42,7 +42,7 @@ func (c *Conn) tick() {
 	if p := c.opts.PingInterval; p > 0 {
 		if idle >= p && now.Sub(c.wr.lastPing) >= p {
 			c.wr.lastPing = now
-			if c.closedLocked(false) == nil {
+			if c.closedLocked() == nil {
 				f := c.frameLocked(frame.OpPing, true, nil, CompressNever, false)
 				c.enqueueLocked(&f, true, false)
 			}

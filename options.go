@@ -200,7 +200,8 @@ type DialOptions struct {
 	Subprotocols []string
 
 	// TLSConfig is used for wss:// URLs. nil means a default config with the
-	// URL's host as server name.
+	// URL's host as server name. It is used for an https:// proxy too,
+	// with the proxy's host as server name.
 	TLSConfig *tls.Config
 
 	// HandshakeTimeout bounds connecting and the opening handshake.
@@ -212,18 +213,25 @@ type DialOptions struct {
 	// is used.
 	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// Proxy chooses the HTTP proxy for a connection, as in
-	// http.Transport: it gets a GET request for the URL's http or https
-	// form (ws becomes http, wss https) and returns the proxy's URL, or
-	// nil to connect directly. The connection goes through the proxy with
-	// CONNECT; the proxy URL's user and password are sent to the proxy as
-	// Basic credentials (Proxy-Authorization) and never appear in an
-	// error. Only http:// proxies are supported.
+	// Proxy chooses the proxy for a connection, as in http.Transport: it
+	// gets a GET request for the URL's http or https form (ws becomes
+	// http, wss https) and returns the proxy's URL, or nil to connect
+	// directly. The proxy URL's user and password never appear in an
+	// error. Its scheme says how the connection goes through:
+	//
+	//   - http://: an HTTP CONNECT tunnel; user and password are sent as
+	//     Basic credentials (Proxy-Authorization).
+	//   - https://: the same inside TLS to the proxy, checked against the
+	//     proxy's host name with TLSConfig's other settings.
+	//   - socks5://: SOCKS5 CONNECT (RFC 1928), the host name resolved
+	//     here; user and password, if any, with RFC 1929.
+	//   - socks5h://: the same, the proxy resolving the host name.
 	//
 	// nil means the environment, with the rules of
 	// http.ProxyFromEnvironment (HTTPS_PROXY for wss, HTTP_PROXY for ws,
-	// NO_PROXY, never a proxy for localhost or a loopback address) but
-	// read at each Dial. An explicit choice is always used:
+	// NO_PROXY, never a proxy for localhost or a loopback address), plus
+	// ALL_PROXY when the variable for the scheme is empty, read at each
+	// Dial. An explicit choice is always used:
 	// http.ProxyURL(u) sends every connection through u, loopback
 	// included. To ignore the environment, return nil, nil.
 	Proxy func(*http.Request) (*url.URL, error)
@@ -237,6 +245,24 @@ type DialOptions struct {
 	// chain. Off by default: a redirect is a failed handshake whose
 	// response is returned.
 	FollowRedirects bool
+
+	// HTTP2 says whether the WebSocket may be a stream of an HTTP/2
+	// connection (RFC 8441) shared with other WebSockets and requests to
+	// the same origin: HTTP2Never (the default), HTTP2Prefer or
+	// HTTP2Require. wss:// negotiates h2 with TLS; ws:// speaks HTTP/2
+	// without TLS (h2c) by prior knowledge.
+	HTTP2 HTTP2Mode
+
+	// HTTP2Transport, when set, holds the HTTP/2 connections of Dials
+	// with HTTP2 set: Dials with the same transport share one connection
+	// per origin (more once the server's stream limit is reached), and
+	// share it with the transport's own HTTP/2 requests. Its DialContext
+	// and TLSClientConfig are used unless NetDialContext and TLSConfig
+	// are set. nil means a transport rally keeps per TLSConfig (one for
+	// all Dials with a nil TLSConfig). rally keeps a small record per
+	// transport (and per TLSConfig) for the life of the program: reuse
+	// them rather than making one per Dial.
+	HTTP2Transport *http.Transport
 }
 
 // DefaultBufferLimit is how many bytes may wait in a connection's send

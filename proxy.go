@@ -1,11 +1,15 @@
 package rally
 
-// The client's way through HTTP proxies: which proxy a connection takes
-// (DialOptions.Proxy, or the environment with net/http's rules), and the
-// CONNECT tunnel through it (RFC 9110 9.3.6).
+// The client's way through proxies: which proxy a connection takes
+// (DialOptions.Proxy, or the environment with net/http's rules plus
+// ALL_PROXY), and the way through it: a CONNECT tunnel (RFC 9110 9.3.6)
+// through an HTTP proxy, over TLS to an HTTPS proxy, or a SOCKS5 CONNECT
+// (socks.go).
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -14,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -44,22 +49,62 @@ func proxyFor(opts *DialOptions, u *url.URL, secure bool) (*url.URL, error) {
 		return nil, nil
 	}
 	switch {
-	case proxy.Scheme != "http":
-		return nil, fmt.Errorf("proxy %s: scheme %q is not supported, only http", redactURL(proxy), proxy.Scheme)
+	case !slices.Contains(proxySchemes, proxy.Scheme):
+		return nil, fmt.Errorf("proxy %s: scheme %q is not supported, only http, https, socks5 and socks5h", redactURL(proxy), proxy.Scheme)
 	case proxy.Hostname() == "":
 		return nil, fmt.Errorf("proxy %s has no host", redactURL(proxy))
 	}
 	return proxy, nil
 }
 
-// proxyAddr returns the address to dial for proxy: its host and port, 80
-// when it names none.
+// proxySchemes are the kinds of proxy Dial goes through.
+var proxySchemes = []string{"http", "https", "socks5", "socks5h"}
+
+// proxyAddr returns the address to dial for proxy: its host and port, or
+// the scheme's default port (80, 443, 1080) when it names none.
 func proxyAddr(proxy *url.URL) string {
 	port := proxy.Port()
 	if port == "" {
-		port = "80"
+		switch proxy.Scheme {
+		case "https":
+			port = "443"
+		case "socks5", "socks5h":
+			port = "1080"
+		default:
+			port = "80"
+		}
 	}
 	return net.JoinHostPort(proxy.Hostname(), port)
+}
+
+// throughProxy opens the way to addr (host:port) over nc, the connection
+// to proxy: TLS to an https proxy then, as for an http proxy, a CONNECT
+// tunnel; or a SOCKS5 CONNECT. It returns the connection to addr, or the
+// proxy's response when an HTTP proxy refused (see openTunnel), or an
+// error naming the proxy without its credentials. cfg is the TLS
+// configuration to start from for an https proxy (nil for the default);
+// the proxy's host name is always the server name checked.
+func throughProxy(ctx context.Context, nc net.Conn, proxy *url.URL, addr string, cfg *tls.Config) (net.Conn, *http.Response, error) {
+	switch proxy.Scheme {
+	case "socks5", "socks5h":
+		c, err := socksConnect(ctx, nc, proxy, addr)
+		return c, nil, err
+	case "https":
+		cfg = cfg.Clone()
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		// The server name of DialOptions.TLSConfig is the WebSocket
+		// server's; the proxy is checked against its own name.
+		cfg.ServerName = proxy.Hostname()
+		cfg.NextProtos = []string{"http/1.1"}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, nil, fmt.Errorf("TLS with proxy %s: %w", redactURL(proxy), err)
+		}
+		nc = tc
+	}
+	return openTunnel(nc, proxy, addr)
 }
 
 // proxyFromEnvironment returns the proxy for target (an http or https URL)
@@ -68,8 +113,10 @@ func proxyAddr(proxy *url.URL) string {
 // at every call rather than once per process:
 //
 //   - HTTPS_PROXY (or https_proxy) for https, HTTP_PROXY (or http_proxy)
-//     for http; the upper-case name wins. A value without a scheme is
-//     taken as http://value. A value that cannot be parsed is ignored.
+//     for http; the upper-case name wins. When that variable is empty,
+//     ALL_PROXY (or all_proxy), as curl reads it (net/http does not). A
+//     value without a scheme is taken as http://value. A value that cannot
+//     be parsed is ignored.
 //   - HTTP_PROXY is refused in a CGI program (REQUEST_METHOD set), where
 //     a client's Proxy header would set it (golang.org/s/cgihttpproxy).
 //   - localhost and loopback addresses are never proxied.
@@ -94,11 +141,17 @@ func proxyFromEnvironment(getenv func(string) string, target *url.URL) (*url.URL
 	case "http":
 		value = either("HTTP_PROXY", "http_proxy")
 	}
+	fromAll := false
+	if value == "" {
+		value, fromAll = either("ALL_PROXY", "all_proxy"), true
+	}
 	proxy := parseProxyValue(value)
 	if proxy == nil {
 		return nil, nil
 	}
-	if target.Scheme == "http" && getenv("REQUEST_METHOD") != "" {
+	// A CGI program's environment has a variable HTTP_PROXY for a
+	// request's Proxy header; ALL_PROXY is no request header's.
+	if target.Scheme == "http" && !fromAll && getenv("REQUEST_METHOD") != "" {
 		return nil, errors.New("refusing to use HTTP_PROXY in a CGI program (REQUEST_METHOD is set); see golang.org/s/cgihttpproxy")
 	}
 	port := target.Port()

@@ -3,10 +3,18 @@ package rally
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +22,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -61,6 +72,13 @@ func TestProxyFromEnvironmentFollowsNetHTTPsRules(t *testing.T) {
 		{"NO_PROXY IPv6 with port", map[string]string{"HTTP_PROXY": p, "NO_PROXY": "[2001:db8::1]:80"}, "http://[2001:db8::1]/", ""},
 		{"no_proxy lower case", map[string]string{"HTTP_PROXY": p, "no_proxy": "example.com"}, "http://example.com/", ""},
 		{"CGI with HTTPS only", map[string]string{"HTTPS_PROXY": p, "REQUEST_METHOD": "GET"}, "https://example.com/", p},
+		{"ALL_PROXY when the scheme's variable is empty", map[string]string{"ALL_PROXY": "socks5h://s.test:1080"}, "https://example.com/", "socks5h://s.test:1080"},
+		{"all_proxy lower case", map[string]string{"all_proxy": "socks5://s.test"}, "http://example.com/", "socks5://s.test"},
+		{"the scheme's variable wins over ALL_PROXY", map[string]string{"HTTP_PROXY": p, "ALL_PROXY": "socks5://s.test"}, "http://example.com/", p},
+		{"NO_PROXY applies to ALL_PROXY", map[string]string{"ALL_PROXY": p, "NO_PROXY": "example.com"}, "http://example.com/", ""},
+		{"ALL_PROXY never for loopback", map[string]string{"ALL_PROXY": p}, "http://127.0.0.1/", ""},
+		{"ALL_PROXY in a CGI program (no request header sets it)", map[string]string{"ALL_PROXY": p, "REQUEST_METHOD": "GET"}, "http://example.com/", p},
+		{"an https proxy", map[string]string{"HTTPS_PROXY": "https://u:pw@proxy.test"}, "https://example.com/", "https://u:pw@proxy.test"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target, err := url.Parse(tc.target)
@@ -91,83 +109,101 @@ func TestProxyFromEnvironmentRefusesHTTPProxyInACGIProgram(t *testing.T) {
 	}
 }
 
-// tinyproxyPaths are where Debian's tinyproxy-bin package puts the binary.
-var tinyproxyPaths = []string{"/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"}
-
-// tinyproxy is a running tinyproxy (https://tinyproxy.github.io), the real
-// HTTP proxy the client is tested against.
-type tinyproxy struct {
-	addr string
-	mu   sync.Mutex
-	log  []string
+// daemon is a proxy server the client is tested against, run from its
+// Debian package's binary until the test ends, with its log kept.
+type daemon struct {
+	addr  string
+	ended chan struct{} // closed when its output ends
+	mu    sync.Mutex
+	log   []string
+	more  chan struct{} // closed, and replaced, at each line logged
 }
 
-// logged reports whether a line of the proxy's log contains s.
-func (p *tinyproxy) logged(s string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.log {
-		if strings.Contains(l, s) {
+// logged reports whether a line of the daemon's log contains s.
+func (d *daemon) logged(s string) bool {
+	return d.loggedLine(func(l string) bool { return strings.Contains(l, s) })
+}
+
+// loggedLine reports whether a line of the daemon's log is one match
+// wants.
+func (d *daemon) loggedLine(match func(string) bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(d.log, match)
+}
+
+// waitLogged waits until a line of the daemon's log is one match wants,
+// for a daemon that logs an event after it has passed on its bytes; it
+// gives up (false) when the daemon's output ends or after testTimeout.
+func (d *daemon) waitLogged(match func(string) bool) bool {
+	timeout := time.After(testTimeout)
+	for {
+		d.mu.Lock()
+		more := d.more
+		d.mu.Unlock()
+		if d.loggedLine(match) {
 			return true
 		}
+		select {
+		case <-more:
+		case <-d.ended:
+			return d.loggedLine(match)
+		case <-timeout:
+			return false
+		}
 	}
-	return false
 }
 
-// startTinyproxy runs tinyproxy on a free loopback port with a generated
-// configuration plus extra lines, until the test ends. It fails the test
-// when tinyproxy is not installed: these tests do not skip.
-func startTinyproxy(t *testing.T, extra ...string) *tinyproxy {
+// findBinary returns the path of a proxy server's binary: the first of
+// paths that exists, else name on PATH. When there is none it fails the
+// test (make test installs them through interop/setup.sh: these tests do
+// not skip), except under -short (make check), where it skips.
+func findBinary(t *testing.T, name, pkg string, paths ...string) string {
 	t.Helper()
-	bin := ""
-	for _, p := range tinyproxyPaths {
+	for _, p := range paths {
 		if _, err := os.Stat(p); err == nil {
-			bin = p
-			break
+			return p
 		}
 	}
-	if bin == "" {
-		if p, err := exec.LookPath("tinyproxy"); err == nil {
-			bin = p
-		}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
 	}
-	if bin == "" {
-		t.Fatalf("tinyproxy is not installed (looked in %v and PATH): run `apt-get install -y tinyproxy-bin` (make test installs it)", tinyproxyPaths)
+	msg := fmt.Sprintf("%s is not installed (looked in %v and PATH): run `apt-get install -y %s` (make test installs it through interop/setup.sh)", name, paths, pkg)
+	if testing.Short() {
+		t.Skip(msg)
 	}
+	t.Fatal(msg)
+	return ""
+}
+
+// startDaemon runs a proxy server on a free loopback port until the test
+// ends. args builds its command line (and writes any configuration it
+// needs) for a port; the daemon is ready when a line of its output
+// contains ready, or, when ready is "", when its port accepts a
+// connection.
+func startDaemon(t *testing.T, args func(port int) []string, ready string) *daemon {
+	t.Helper()
 	var lastErr error
 	for range 3 { // another process may take the free port first
-		p, err := runTinyproxy(t, bin, extra)
+		d, err := runDaemon(t, args, ready)
 		if err == nil {
-			return p
+			return d
 		}
 		lastErr = err
 	}
-	t.Fatalf("starting tinyproxy: %v", lastErr)
+	t.Fatalf("starting %s: %v", args(0)[0], lastErr)
 	return nil
 }
 
-func runTinyproxy(t *testing.T, bin string, extra []string) (*tinyproxy, error) {
+func runDaemon(t *testing.T, args func(port int) []string, ready string) (*daemon, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	conf := filepath.Join(t.TempDir(), "tinyproxy.conf")
-	// No ConnectPort line: CONNECT may reach any port.
-	lines := append([]string{
-		fmt.Sprintf("Port %d", port),
-		"Listen 127.0.0.1",
-		"Timeout 30",
-		"LogLevel Info",
-		"MaxClients 32",
-		"Allow 127.0.0.1",
-		"DisableViaHeader Yes",
-	}, extra...)
-	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "-d", "-c", conf)
+	argv := args(port)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -176,39 +212,106 @@ func runTinyproxy(t *testing.T, bin string, extra []string) (*tinyproxy, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &tinyproxy{addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	ready := make(chan struct{})
 	scanned := make(chan struct{})
+	d := &daemon{addr: fmt.Sprintf("127.0.0.1:%d", port), ended: scanned, more: make(chan struct{})}
+	announced := make(chan struct{})
 	go func() {
 		defer close(scanned)
 		s := bufio.NewScanner(out)
-		announced := false
+		said := false
 		for s.Scan() {
-			p.mu.Lock()
-			p.log = append(p.log, s.Text())
-			p.mu.Unlock()
-			if !announced && strings.Contains(s.Text(), "Accepting connections") {
-				announced = true
-				close(ready)
+			d.mu.Lock()
+			d.log = append(d.log, s.Text())
+			close(d.more)
+			d.more = make(chan struct{})
+			d.mu.Unlock()
+			if !said && ready != "" && strings.Contains(s.Text(), ready) {
+				said = true
+				close(announced)
 			}
 		}
 	}()
 	stop := func() {
-		cmd.Process.Kill()
-		<-scanned
+		// SIGTERM, so that a daemon that forks (danted) stops its
+		// children, which share its output, before it exits.
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-scanned:
+		case <-time.After(testTimeout):
+			cmd.Process.Kill()
+			<-scanned
+		}
 		cmd.Wait()
 	}
-	select {
-	case <-ready:
-	case <-scanned:
+	fail := func(why string) (*daemon, error) {
 		stop()
-		return nil, fmt.Errorf("tinyproxy exited before listening:\n%s", strings.Join(p.log, "\n"))
-	case <-time.After(testTimeout):
-		stop()
-		return nil, fmt.Errorf("tinyproxy did not listen within %v:\n%s", testTimeout, strings.Join(p.log, "\n"))
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return nil, fmt.Errorf("%s %s:\n%s", argv[0], why, strings.Join(d.log, "\n"))
+	}
+	if ready == "" {
+		// The daemon says nothing when it listens: its port accepting a
+		// connection is the event (each refused attempt fails at once).
+		deadline := time.Now().Add(testTimeout)
+		for {
+			c, err := net.DialTimeout("tcp", d.addr, testTimeout)
+			if err == nil {
+				c.Close()
+				break
+			}
+			select {
+			case <-scanned:
+				return fail("exited before listening")
+			default:
+			}
+			if time.Now().After(deadline) {
+				return fail(fmt.Sprintf("did not listen within %v", testTimeout))
+			}
+			runtime.Gosched()
+		}
+	} else {
+		select {
+		case <-announced:
+		case <-scanned:
+			return fail("exited before listening")
+		case <-time.After(testTimeout):
+			return fail(fmt.Sprintf("did not listen within %v", testTimeout))
+		}
 	}
 	t.Cleanup(stop)
-	return p, nil
+	return d, nil
+}
+
+// writeConf writes lines as a configuration file in the test's temporary
+// directory and returns its path.
+func writeConf(t *testing.T, name string, lines ...string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startTinyproxy runs tinyproxy (https://tinyproxy.github.io), the real
+// HTTP proxy the client is tested against, with a generated
+// configuration plus extra lines.
+func startTinyproxy(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	bin := findBinary(t, "tinyproxy", "tinyproxy-bin", "/usr/bin/tinyproxy", "/usr/sbin/tinyproxy")
+	return startDaemon(t, func(port int) []string {
+		// No ConnectPort line: CONNECT may reach any port.
+		conf := writeConf(t, "tinyproxy.conf", append([]string{
+			fmt.Sprintf("Port %d", port),
+			"Listen 127.0.0.1",
+			"Timeout 30",
+			"LogLevel Info",
+			"MaxClients 32",
+			"Allow 127.0.0.1",
+			"DisableViaHeader Yes",
+		}, extra...)...)
+		return []string{bin, "-d", "-c", conf}
+	}, "Accepting connections")
 }
 
 // echoServer is a WebSocket echo server over Accept; it reports the
@@ -461,8 +564,9 @@ func TestDialThroughAProxyToAClosedPortFailsOnce(t *testing.T) {
 
 func TestDialRefusesProxiesItCannotUse(t *testing.T) {
 	for _, tc := range []struct{ proxy, want string }{
-		{"socks5://u:SECRET@127.0.0.1:1080", `proxy socks5://xxxxx@127.0.0.1:1080: scheme "socks5" is not supported, only http`},
-		{"https://u:SECRET@127.0.0.1:3128", `scheme "https" is not supported`},
+		{"socks4://u:SECRET@127.0.0.1:1080", `proxy socks4://xxxxx@127.0.0.1:1080: scheme "socks4" is not supported, only http, https, socks5 and socks5h`},
+		{"ftp://u:SECRET@127.0.0.1:3128", `scheme "ftp" is not supported`},
+		{"socks5h://u:SECRET@", "has no host"},
 		{"http://u:SECRET@", "has no host"},
 	} {
 		dialed := false
@@ -508,5 +612,126 @@ func TestOpenTunnelKeepsBytesThatCameWithTheProxysAnswer(t *testing.T) {
 	n, err := nc.Read(b)
 	if err != nil || string(b[:n]) != "early bytes" {
 		t.Fatalf("tunnel read %q, %v, want the bytes sent with the answer", b[:n], err)
+	}
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key
+// as PEM files in the test's temporary directory and returns their paths
+// and a pool that trusts the certificate.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "rally test proxy"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// startHTTPSProxy runs an HTTPS proxy: stunnel (https://www.stunnel.org)
+// taking TLS on a loopback port, in front of a tinyproxy with extra
+// configuration lines. It returns stunnel, the tinyproxy behind it, and a
+// pool that trusts stunnel's certificate.
+func startHTTPSProxy(t *testing.T, extra ...string) (*daemon, *daemon, *x509.CertPool) {
+	t.Helper()
+	bin := findBinary(t, "stunnel", "stunnel4", "/usr/bin/stunnel4", "/usr/bin/stunnel")
+	tiny := startTinyproxy(t, extra...)
+	certFile, keyFile, pool := selfSigned(t)
+	tunnel := startDaemon(t, func(port int) []string {
+		conf := writeConf(t, "stunnel.conf",
+			"foreground = yes",
+			"pid =",
+			"debug = info",
+			"[proxy]",
+			fmt.Sprintf("accept = 127.0.0.1:%d", port),
+			"connect = "+tiny.addr,
+			"cert = "+certFile,
+			"key = "+keyFile,
+		)
+		return []string{bin, conf}
+	}, "Accepting new connections")
+	return tunnel, tiny, pool
+}
+
+func TestDialGoesThroughAnHTTPSProxyOverTLS(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			tunnel, tiny, pool := startHTTPSProxy(t)
+			srv, remotes := echoServer(t, secure)
+			opts := &DialOptions{Proxy: proxyTo(t, "https://"+tunnel.addr), HandshakeTimeout: testTimeout, TLSConfig: &tls.Config{RootCAs: pool}}
+			u := "ws://" + srv.Listener.Addr().String() + "/echo"
+			if secure {
+				// One configuration for both TLS connections, the proxy's
+				// and (inside the tunnel) the server's, each checked
+				// against its own name.
+				pool.AddCert(srv.Certificate())
+				u = "wss://" + srv.Listener.Addr().String() + "/echo"
+			}
+			c, _ := dialOK(t, u, opts)
+			echoOnce(t, c, "through TLS to the proxy")
+			if remote := <-remotes; remote == c.LocalAddr().String() {
+				t.Fatalf("the server saw the client's own address %s: no proxy in between", remote)
+			}
+			if !tiny.logged("CONNECT") {
+				t.Fatalf("tinyproxy logged no CONNECT")
+			}
+			if !tunnel.logged("accepted connection") {
+				t.Fatalf("stunnel logged no connection")
+			}
+		})
+	}
+}
+
+func TestDialSendsCredentialsToAnHTTPSProxyAndChecksItsCertificate(t *testing.T) {
+	tunnel, _, pool := startHTTPSProxy(t, "BasicAuth alice s3cr3t-pw")
+	srv, _ := echoServer(t, false)
+	u := "ws://" + srv.Listener.Addr().String() + "/"
+
+	c, _ := dialOK(t, u, &DialOptions{Proxy: proxyTo(t, "https://alice:s3cr3t-pw@"+tunnel.addr), TLSConfig: &tls.Config{RootCAs: pool}})
+	echoOnce(t, c, "authorized")
+
+	_, resp, err := Dial(context.Background(), u, &DialOptions{Proxy: proxyTo(t, "https://alice:wrong-SECRET@"+tunnel.addr), TLSConfig: &tls.Config{RootCAs: pool}, HandshakeTimeout: testTimeout})
+	var he *HandshakeError
+	if !errors.As(err, &he) || resp == nil || (resp.StatusCode != 401 && resp.StatusCode != 407) || strings.Contains(err.Error(), "SECRET") {
+		t.Fatalf("Dial with wrong proxy credentials: %v (response %v), want the proxy's refusal without the credentials", err, resp)
+	}
+
+	// A proxy whose certificate is not trusted is not talked to.
+	_, resp, err = Dial(context.Background(), u, &DialOptions{Proxy: proxyTo(t, "https://alice:s3cr3t-SECRET@"+tunnel.addr), HandshakeTimeout: testTimeout})
+	var unknown x509.UnknownAuthorityError
+	want := "rally: dial " + u + ": TLS with proxy https://xxxxx@" + tunnel.addr + ": "
+	if resp != nil || !errors.As(err, &unknown) || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "SECRET") {
+		t.Fatalf("Dial through an untrusted proxy: %v, %v, want an error starting %q wrapping x509.UnknownAuthorityError", resp, err, want)
 	}
 }

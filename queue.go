@@ -37,8 +37,9 @@ import (
 //  6. While a message is streamed (streaming), whole frames sent meanwhile
 //     wait in the held lane, in order, and join the tail when the stream
 //     ends. They count in size (BufferedAmount, the limit, drain) like the
-//     rest. A close frame accepted while a message is streamed waits after
-//     them.
+//     rest. A close frame accepted while a message is streamed does not
+//     wait for it: the held frames fail (failHeld) and the close frame goes
+//     after the fragments already queued.
 //  7. A record marked keep (a fragment of a streamed message, a frame
 //     compressed with context takeover, which the peer's inflater must see)
 //     is never withdrawn.
@@ -141,6 +142,16 @@ func (q *sendQueue) pushTaken(taken int, rest1, rest2 []byte, pong, keep bool, d
 	return r.seq
 }
 
+// setDone gives waiting ordered record seq its completion.
+func (q *sendQueue) setDone(seq uint64, done func(error)) {
+	for i := len(q.recs) - 1; i >= q.first; i-- {
+		if q.recs[i].seq == seq {
+			q.recs[i].done = done
+			return
+		}
+	}
+}
+
 // hold appends a whole frame to the held lane (invariant 6).
 func (q *sendQueue) hold(hdr, payload []byte, masked bool, key [4]byte, keep bool, done func(error)) {
 	n := len(hdr) + len(payload)
@@ -175,6 +186,18 @@ func (q *sendQueue) endStream() uint64 {
 	}
 	q.dropHeld()
 	return q.seq
+}
+
+// failHeld completes every held frame with err and drops them: a close
+// frame is about to end the connection in the middle of the streamed
+// message they wait for.
+func (q *sendQueue) failHeld(err error) {
+	for i := range q.heldRecs {
+		if d := q.heldRecs[i].done; d != nil {
+			q.dones = append(q.dones, doneCall{d, err})
+		}
+	}
+	q.dropHeld()
 }
 
 func (q *sendQueue) dropHeld() {

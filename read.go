@@ -245,12 +245,18 @@ func (c *Conn) deliverEnd() error {
 // has ended (rd.end is set and its error returned) unless ctx ended, which
 // leaves the connection as it was.
 func (c *Conn) nextEvent(ctx context.Context) (event, error) {
-	if c.z != nil && c.z.inflated != nil {
-		// The last inflated message was handed out by the previous call.
-		bufpool.Put(c.z.inflated)
-		c.z.inflated = nil
-	}
 	for {
+		if z := c.z; z != nil && z.inflating {
+			// Pieces of a compressed message come before more input: they
+			// are inflated from the read buffer in place.
+			ev, ok, err := c.nextPiece()
+			if err != nil {
+				return event{}, err
+			}
+			if ok {
+				return ev, nil
+			}
+		}
 		if len(c.rd.in) == 0 {
 			if c.rd.batch {
 				// A Server's batch is done: what its callbacks sent leaves now.
@@ -278,12 +284,8 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 		switch ev.kind {
 		case evData:
 			if ev.compressed {
-				if ev, err = c.gatherCompressed(ev); err != nil {
-					return event{}, err
-				}
-				if ev.kind == evNone {
-					continue
-				}
+				c.feedCompressed(ev)
+				continue
 			}
 			return ev, nil
 		case evControl:
@@ -292,27 +294,6 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 			}
 		}
 	}
-}
-
-// gatherCompressed collects the chunks of a compressed message and, at its
-// last, returns the whole message inflated (kind evNone until then). The
-// wire bytes were checked against the read limit on each header; the
-// inflated size is checked while inflating.
-func (c *Conn) gatherCompressed(ev event) (event, error) {
-	z := c.z
-	if ev.first {
-		z.gathered.buf = bufpool.Get(len(ev.payload))
-	}
-	z.gathered.append(ev.payload)
-	if !ev.fin {
-		return event{}, nil
-	}
-	out, err := c.inflate(ev.op, *z.gathered.buf)
-	z.gathered.release()
-	if err != nil {
-		return event{}, c.violated(err)
-	}
-	return event{kind: evData, op: ev.op, payload: out, first: true, fin: true}, nil
 }
 
 // fill reads more bytes. It gives the read buffer back first, so a
@@ -410,6 +391,10 @@ func (c *Conn) ioEnd(err error) *CloseError {
 func (c *Conn) endRead(ce *CloseError, linger bool) error {
 	c.rd.end = ce
 	c.rd.linger = linger
+	if c.z != nil {
+		c.z.decomp.Abort() // a message cut short gives its decoder back
+		c.z.inflating = false
+	}
 	if linger {
 		c.cl.readEnd.Store(ce)
 	}

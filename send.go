@@ -81,7 +81,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	g := currentG()
 	c.wr.mu.Lock()
 	q := &c.wr.q
-	if err := c.closedLocked(false); err != nil {
+	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		return Dropped, err
 	}
@@ -165,4 +165,23 @@ func (c *Conn) closeWithCode(code uint16, reason string) {
 	if err == nil {
 		c.sendClose(payload)
 	}
+}
+
+// checkMessage validates a message's arguments at the call (nothing
+// invalid reaches the queue): its type, and its text when the connection
+// validates on send.
+func (c *Conn) checkMessage(typ MessageType, p []byte) error {
+	if !typ.valid() {
+		return errWriteType
+	}
+	if typ == Text && c.opts.ValidateUTF8OnSend {
+		var v frame.UTF8
+		if i := v.Feed(p); i >= 0 {
+			return &InvalidUTF8Error{Offset: i}
+		}
+		if !v.Complete() {
+			return &InvalidUTF8Error{Offset: len(p)}
+		}
+	}
+	return nil
 }

@@ -96,6 +96,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Shutdown began during the handshake.
 		c.closeWithCode(CloseGoingAway, "server shutting down")
 	}
+	if r.ProtoMajor == 2 {
+		// An HTTP/2 stream lives as long as its handler (see Accept).
+		c.serve(s)
+		return
+	}
 	go c.serve(s)
 }
 

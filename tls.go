@@ -71,7 +71,8 @@ func newTLSSocket(nc net.Conn) net.Conn {
 		return nc
 	}
 	s := &tlsSocket{Conn: nc, rc: rc}
-	s.flushFn = s.doFlush
+	s.flushNowFn = s.doFlushNow
+	s.flushWaitFn = s.doFlushWait
 	return s
 }
 
@@ -85,15 +86,15 @@ type tlsSocket struct {
 	// reader runs crypto/tls inside.
 	fd uintptr
 
-	mu       sync.Mutex // guards what follows: tls writes from the reader (alerts, KeyUpdate) and the writers
-	out      *[]byte    // ciphertext the kernel has not taken
-	off      int        // bytes of out taken
-	produced uint64     // ciphertext bytes written by crypto/tls, ever
-	taken    uint64     // of those, bytes the kernel took
-	err      error      // the socket's write error, once one happened
-	wait     bool       // flushFn waits for writability (blocking flush)
-	flushFn  func(fd uintptr) bool
-	iov      [2]syscall.Iovec
+	mu          sync.Mutex // guards what follows: tls writes from the reader (alerts, KeyUpdate) and the writers
+	out         *[]byte    // ciphertext the kernel has not taken
+	off         int        // bytes of out taken
+	produced    uint64     // ciphertext bytes written by crypto/tls, ever
+	taken       uint64     // of those, bytes the kernel took
+	err         error      // the socket's write error, once one happened
+	flushNowFn  func(fd uintptr) bool
+	flushWaitFn func(fd uintptr) bool
+	iov         [2]syscall.Iovec
 }
 
 // Read is the socket's own in blocking mode. In engine mode it runs inside
@@ -150,8 +151,11 @@ func (s *tlsSocket) flush(wait bool) error {
 	if err != nil || empty {
 		return err
 	}
-	s.wait = wait
-	if err := s.rc.Write(s.flushFn); err != nil {
+	fn := s.flushNowFn
+	if wait {
+		fn = s.flushWaitFn
+	}
+	if err := s.rc.Write(fn); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -159,15 +163,18 @@ func (s *tlsSocket) flush(wait bool) error {
 	return s.err
 }
 
+func (s *tlsSocket) doFlushNow(fd uintptr) bool  { return s.doFlush(fd, false) }
+func (s *tlsSocket) doFlushWait(fd uintptr) bool { return s.doFlush(fd, true) }
+
 // doFlush runs inside RawConn.Write: it writes what the kernel takes, and
 // asks to wait for writability (false) while bytes remain, if told to.
-func (s *tlsSocket) doFlush(fd uintptr) bool {
+func (s *tlsSocket) doFlush(fd uintptr, wait bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.backlogLocked() > 0 {
 		n, err := writeFd(fd, &s.iov, (*s.out)[s.off:], nil)
 		if err == errAgain {
-			return !s.wait
+			return !wait
 		}
 		if err != nil {
 			s.err = err
@@ -188,14 +195,11 @@ func (s *tlsSocket) backlogged() bool {
 	return s.backlogLocked() > 0
 }
 
-// Close sends what waits (a close_notify alert, in particular) if the
-// kernel takes it at once, then closes the socket.
-func (s *tlsSocket) Close() error {
-	if s.engine.Load() {
-		s.flush(false)
-	}
-	return s.Conn.Close()
-}
+// Close closes the socket at once. In engine mode what waits in the
+// backlog (a close_notify alert, in particular) is dropped: a flush could
+// wait behind a flusher blocked on a peer that stopped reading, and the
+// WebSocket close handshake has already ended the conversation.
+func (s *tlsSocket) Close() error { return s.Conn.Close() }
 
 // tlsTransport is the transport of a tls.Conn over a tlsSocket.
 type tlsTransport struct {

@@ -401,14 +401,16 @@ func TestPingIntervalKeepsALivePeerOpenPastTheIdleTimeout(t *testing.T) {
 	rec := newRecorder()
 	s := &rally.Server{
 		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
-			PingInterval: 20 * time.Millisecond,
-			IdleTimeout:  100 * time.Millisecond,
+			// The idle timeout is far above what a loaded machine can delay
+			// an answer by; the pings come often enough to outlast it.
+			PingInterval: 100 * time.Millisecond,
+			IdleTimeout:  2 * time.Second,
 		}},
 		Close: rec.close,
 	}
 	p := dialPeer(t, serve(t, s))
-	// Answer ten pings: 200 ms or more, twice the idle timeout.
-	for range 10 {
+	// Answer 25 pings: 2.5 s or more, past the idle timeout.
+	for range 25 {
 		f, raw := readRaw(t, p)
 		if f.Opcode != rawpeer.OpPing {
 			t.Fatalf("frame %s while answering pings, want a ping", raw)

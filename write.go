@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 
 	"github.com/rallyws/rally/frame"
@@ -24,17 +23,6 @@ var (
 	errWriteType  = errors.New("rally: message type must be Text or Binary")
 	errPingLength = errors.New("rally: ping payload longer than 125 bytes")
 )
-
-// outFrame is one frame to send: a header and a payload (masked with key
-// on the way into the queue when masked).
-type outFrame struct {
-	hdr, payload []byte
-	masked       bool
-	key          [4]byte
-	keep         bool // never withdrawn (sendQueue invariant 7)
-	done         func(error)
-	zbuf         *[]byte // the compressed payload's buffer, given back after queuing
-}
 
 // Write sends p as one message of type typ. It returns once the whole frame
 // has been handed to the kernel, or with the reason it never will be. Safe
@@ -62,25 +50,6 @@ func (c *Conn) WriteCompress(ctx context.Context, typ MessageType, p []byte, mod
 		return err
 	}
 	return c.write(ctx, frame.Opcode(typ), true, p, nil, mode, laneMessage)
-}
-
-// checkMessage validates a message's arguments at the call (nothing
-// invalid reaches the queue): its type, and its text when the connection
-// validates on send.
-func (c *Conn) checkMessage(typ MessageType, p []byte) error {
-	if !typ.valid() {
-		return errWriteType
-	}
-	if typ == Text && c.opts.ValidateUTF8OnSend {
-		var v frame.UTF8
-		if i := v.Feed(p); i >= 0 {
-			return &InvalidUTF8Error{Offset: i}
-		}
-		if !v.Complete() {
-			return &InvalidUTF8Error{Offset: len(p)}
-		}
-	}
-	return nil
 }
 
 // Ping sends a ping with payload (at most 125 bytes) and returns once it has
@@ -127,7 +96,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 		defer c.releaseWriteSlot()
 		c.wr.mu.Lock()
 	}
-	if err := c.closedLocked(ln == laneFragment); err != nil {
+	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		return err
 	}
@@ -163,73 +132,15 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	return c.waitFlushed(ctx, seq)
 }
 
-// closedLocked returns why nothing more may be sent, or nil. A fragment of
-// a message being streamed may still go after Close was called: its close
-// frame waits for the message's end.
-func (c *Conn) closedLocked(fragment bool) error {
+// closedLocked returns why nothing more may be sent, or nil.
+func (c *Conn) closedLocked() error {
 	if c.wr.err != nil {
 		return c.wr.err
 	}
-	if c.wr.q.closed && !(fragment && c.wr.q.streaming) {
+	if c.wr.q.closed {
 		return ErrClosed
 	}
 	return nil
-}
-
-// frameLocked frames p as one frame with opcode op. A whole data message
-// is compressed here, when permessage-deflate is on, under the write lock
-// and so in send order (with context takeover, order is part of the
-// compressed stream). The header is built in the connection's array: the
-// frame must be queued or written before the lock is released.
-func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte, mode Compress, fragment bool) outFrame {
-	h := frame.Header{Fin: fin, Opcode: op}
-	var f outFrame
-	f.keep = fragment
-	switch {
-	case fragment:
-		if op != frame.OpContinuation {
-			// A streamed message's first fragment decides for the whole
-			// message: its size is known only if it is also the last;
-			// otherwise it is at least a full writer buffer.
-			size := len(p)
-			if !fin {
-				size = max(size, writerBufferSize)
-			}
-			c.wr.streamZ = c.z.wantsCompression(size, mode)
-			if c.wr.streamZ {
-				h.Rsv = frame.Rsv1 // RFC 7692 6.1: on the first frame only
-			}
-		}
-		if c.wr.streamZ {
-			f.zbuf = c.compressPartLocked(p, fin)
-			p = *f.zbuf
-		}
-	case fin && (op == frame.OpText || op == frame.OpBinary):
-		if c.wr.q.streaming && c.wr.streamZ && c.z.takeover {
-			// Held while a compressed message streams: compressing it now
-			// would put it inside that message's deflate stream.
-			mode = CompressNever
-		}
-		if c.z.wantsCompression(len(p), mode) {
-			f.zbuf = c.compressLocked(p)
-			p = *f.zbuf
-			h.Rsv = frame.Rsv1
-			f.keep = c.z.takeover
-		}
-	}
-	h.Length = int64(len(p))
-	if !c.server {
-		h.Masked = true
-		h.Mask = newMask()
-	}
-	n := frame.Put(c.wr.hdr[:], h)
-	f.hdr, f.payload, f.masked, f.key = c.wr.hdr[:n], p, h.Masked, h.Mask
-	return f
-}
-
-func newMask() [4]byte {
-	v := rand.Uint32()
-	return [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
 }
 
 // flushInline is a blocking write's wait when no goroutine writes the

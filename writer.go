@@ -20,8 +20,10 @@ var errWriterClosed = errors.New("rally: write to a closed message writer")
 // wait: a blocking Write waits for the Writer to close, and a Send is held
 // (it reports Queued, counts in BufferedAmount and against the buffer
 // limit, and leaves right after the message). Control frames may still go
-// out between fragments. A Close called meanwhile is held too: its close
-// frame follows the message and what was held. Each fragment is handed to
+// out between fragments. A Close called meanwhile does not wait for the
+// message: its close frame follows the fragments already sent, the
+// writer's further writes fail with ErrClosed, and the held sends are
+// reported failed. Each fragment is handed to
 // the kernel before Write returns; if ctx ends while one waits, the
 // connection is failed, since a message cannot be taken back halfway. The
 // returned writer is valid until Close and must be used by one goroutine.
@@ -43,7 +45,7 @@ func (c *Conn) WriterCompress(ctx context.Context, typ MessageType, mode Compres
 		return nil, err
 	}
 	c.wr.mu.Lock()
-	if err := c.closedLocked(false); err != nil {
+	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		c.releaseWriteSlot()
 		return nil, err
@@ -176,8 +178,8 @@ func (w *messageWriter) fragment(p []byte, fin bool) error {
 	return err
 }
 
-// Close sends the last fragment and lets other messages go again: those
-// held meanwhile leave first, then a close frame held meanwhile.
+// Close sends the last fragment and lets other messages go again, those
+// held meanwhile first.
 func (w *messageWriter) Close() error {
 	if !w.open {
 		return errWriterClosed
@@ -216,14 +218,10 @@ func (w *messageWriter) Close() error {
 // and goes out.
 func (c *Conn) endStreamLocked() {
 	q := &c.wr.q
-	closeHeld := q.closed && c.wr.closeSeq == 0
 	c.wr.streamZ = false
-	last := q.endStream()
+	q.endStream()
 	if c.wr.err != nil {
 		return
-	}
-	if closeHeld {
-		c.wr.closeSeq = last
 	}
 	if !c.wr.flushing && !c.anyCorkLocked() {
 		c.kickLocked(false)

@@ -192,6 +192,7 @@ func newFlags(o *Options, reportDir, addr *string, verbose *bool) *flag.FlagSet 
 	fs.DurationVar(&o.FailFastWait, "fail-fast-wait", time.Second, "how long 6.4.3 and 6.4.4 wait for the peer to fail at the invalid byte")
 	fs.Float64Var(&o.Scale, "scale", 1, "`FACTOR` for the message sizes of section 9 (1/64 = 0.015625 for a quick run)")
 	fs.BoolVar(verbose, "v", false, "print each case's verdict as it finishes")
+	fs.BoolVar(&o.HTTP2, "http2", false, "server mode: run every case on a stream of one HTTP/2 connection (RFC 8441;\nh2c for ws://, h2 for wss://)")
 	return fs
 }
 

@@ -1,6 +1,7 @@
 package conform
 
 import (
+	"crypto/tls"
 	"io"
 	"path"
 	"time"
@@ -36,6 +37,13 @@ type Options struct {
 
 	// Progress, when set, receives one line per finished case.
 	Progress io.Writer
+
+	// HTTP2 makes RunServer run every case on a stream of one HTTP/2
+	// connection (RFC 8441 extended CONNECT): without TLS (h2c) for a
+	// ws:// URL, with TLS (TLSConfig) for wss://.
+	HTTP2 bool
+	// TLSConfig is the TLS configuration for wss:// with HTTP2.
+	TLSConfig *tls.Config
 }
 
 func (o *Options) withDefaults() *Options {

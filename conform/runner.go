@@ -94,13 +94,18 @@ func RunServer(ctx context.Context, rawURL string, opts *Options) (*Report, erro
 	if err != nil {
 		return nil, fmt.Errorf("conform: server url: %w", err)
 	}
-	if u.Scheme != "ws" {
-		return nil, fmt.Errorf("conform: server url scheme %q: want ws", u.Scheme)
+	if u.Scheme != "ws" && !(o.HTTP2 && u.Scheme == "wss") {
+		return nil, fmt.Errorf("conform: server url scheme %q: want ws (or wss with HTTP/2)", u.Scheme)
 	}
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
+	dial, closeDial, err := serverDialer(u, addr, o)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDial()
 	target := u.RequestURI()
 	// One handshake first: a target that cannot be reached, or refuses
 	// WebSocket on that path, is one error, not a failure per case.
@@ -118,15 +123,15 @@ func RunServer(ctx context.Context, rawURL string, opts *Options) (*Report, erro
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		res := serverCase(c, addr, target, o)
+		res := serverCase(c, dial, target, o)
 		rep.Results = append(rep.Results, res)
 		progress(o, res)
 	}
 	return rep, nil
 }
 
-// serverCase runs c against the server at addr.
-func serverCase(c Case, addr, target string, o *Options) Result {
+// serverCase runs c against the server dial reaches.
+func serverCase(c Case, dial dialFunc, target string, o *Options) Result {
 	var header http.Header
 	var offers []extension
 	if c.pmd != nil {
@@ -134,7 +139,7 @@ func serverCase(c Case, addr, target string, o *Options) Result {
 		header.Set("Sec-WebSocket-Extensions", c.pmd.offer)
 		offers = parseExtensions(header)
 	}
-	p, resp, err := rawpeer.DialClient(addr, target, header, o.Timeout)
+	p, resp, err := dial(target, header, o.Timeout)
 	if err != nil && c.pmd != nil && c.pmd.mayRefuse && resp != nil && resp.StatusCode >= 400 {
 		return unrun(c, NonStrict, fmt.Sprintf("refused the handshake (%s) instead of declining the offer it cannot accept and taking the next (RFC 7692 5.1)", resp.Status))
 	}

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	kflate "github.com/klauspost/compress/flate"
 )
 
 // jsonMessages returns n distinct JSON messages of about 1 KiB with the
@@ -117,6 +119,49 @@ func BenchmarkInflate(b *testing.B) {
 					var err error
 					if dst, err = d.Inflate(dst[:0], wires[i%len(wires)], 16<<20); err != nil {
 						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkInflateInFrames is Feed and Next over a message that arrives
+// in frames of 1 KiB of compressed payload, each piece of output read (as
+// a connection validating UTF-8 would) but not copied.
+func BenchmarkInflateInFrames(b *testing.B) {
+	for _, cp := range corpora {
+		msgs := cp.msgs()
+		for _, takeover := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/takeover=%t", cp.name, takeover), func(b *testing.B) {
+				c := NewCompressor(BestSpeed, 15, takeover)
+				var wires [][][]byte
+				for _, m := range msgs {
+					wires = append(wires, splitEvery(c.Compress(nil, m), 1<<10))
+				}
+				d := NewDecompressor(15, takeover)
+				b.SetBytes(avgLen(msgs))
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					frames := wires[i%len(wires)]
+					n := 0
+					for k, f := range frames {
+						d.Feed(f, k == len(frames)-1)
+						for {
+							p, err := d.Next()
+							if err != nil {
+								b.Fatal(err)
+							}
+							if p == nil {
+								break
+							}
+							n += len(p)
+						}
+					}
+					if n != len(msgs[i%len(msgs)]) {
+						b.Fatalf("%d bytes inflated, want %d", n, len(msgs[i%len(msgs)]))
 					}
 					i++
 				}
@@ -252,6 +297,46 @@ func BenchmarkStdlib(b *testing.B) {
 				dst.Reset()
 				if _, err := dst.ReadFrom(r); err != nil {
 					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkKlauspostInflate is klauspost/compress's flate reader (a pull
+// decoder, which cannot be fed frame by frame) inflating the messages
+// BenchmarkInflate inflates: the ratio of the two, in one run, is what
+// the push decoder costs or saves.
+func BenchmarkKlauspostInflate(b *testing.B) {
+	for _, cp := range corpora {
+		msgs := cp.msgs()
+		var wires [][]byte
+		for _, m := range msgs {
+			wires = append(wires, CompressOnce(nil, m, BestSpeed, 15))
+		}
+		b.Run(cp.name, func(b *testing.B) {
+			var src bytes.Reader
+			r := kflate.NewReader(&src)
+			buf := make([]byte, 1<<15+1)
+			in := make([]byte, 0, 128<<10)
+			b.SetBytes(avgLen(msgs))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				in = append(append(in[:0], wires[i%len(wires)]...), tail[:]...)
+				src.Reset(in)
+				_ = r.(kflate.Resetter).Reset(&src, nil)
+				n := 0
+				for {
+					k, err := r.Read(buf)
+					n += k
+					if err != nil || (src.Len() == 0 && k < len(buf)) {
+						break
+					}
+				}
+				if n != len(msgs[i%len(msgs)]) {
+					b.Fatalf("%d bytes inflated, want %d", n, len(msgs[i%len(msgs)]))
 				}
 				i++
 			}

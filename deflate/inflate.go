@@ -1,21 +1,13 @@
 package deflate
 
-import (
-	"bytes"
-	"errors"
-	"io"
-	"sync"
-
-	"github.com/klauspost/compress/flate"
-	"github.com/rallyws/rally/frame"
-)
+import "github.com/rallyws/rally/frame"
 
 var (
 	// ErrTooBig is returned by Inflate when the inflated message would be
 	// larger than the limit. It is a *frame.ProtocolError with close code
 	// 1009.
 	ErrTooBig error = &frame.ProtocolError{Code: frame.CloseTooBig, Rule: "inflated message larger than the read limit"}
-	// ErrCorrupt is wrapped, together with the DEFLATE decoder's own error,
+	// ErrCorrupt is wrapped, together with a description of what is wrong,
 	// by the error Inflate returns for a message that is not valid DEFLATE
 	// data. It is a *frame.ProtocolError with close code 1007 (invalid
 	// payload data), the code npm ws closes with on an inflate error.
@@ -28,125 +20,35 @@ type corruptError struct{ err error }
 func (e *corruptError) Error() string   { return "deflate: corrupt message: " + e.err.Error() }
 func (e *corruptError) Unwrap() []error { return []error{ErrCorrupt, e.err} }
 
-// readSize is the buffer the decoder inflates into. The decoder hands out
-// at most its 32 KiB history per Read, so a larger buffer is always drained
-// by one Read and the decoder never has output left over when the input
-// ends: the next message continues its stream without a reset.
-const readSize = 1<<15 + 1
-
-// maxCopy is the largest payload copied, with its tail, into the inflater:
-// klauspost/compress decodes from a *bytes.Reader two to three times as
-// fast as from another io.ByteReader. Larger payloads are read in place,
-// so that a huge message is not held twice.
-const maxCopy = 64 << 10
-
-// inflater is a flate decoder with its input and output buffers, about
-// 150 KB. It is pooled and lent for one message, or, with context
-// takeover, while the connection is busy.
-type inflater struct {
-	fr     io.ReadCloser
-	copied bool         // fr reads from br (else from src)
-	br     bytes.Reader // reads in
-	in     []byte       // a payload up to maxCopy and its tail
-	src    source       // a larger payload, in place
-	buf    [readSize]byte
-}
-
-var inflaters sync.Pool
-
-// getInflater lends an inflater; its stream must be restarted before use.
-func getInflater() *inflater {
-	if in, ok := inflaters.Get().(*inflater); ok {
-		return in
-	}
-	in := &inflater{copied: true}
-	in.fr = flate.NewReader(&in.br)
-	return in
-}
-
-// restart starts a new DEFLATE stream with dict as history, reading from
-// br when copied, else from src.
-func (in *inflater) restart(dict []byte, copied bool) {
-	var r io.Reader = &in.src
-	if copied {
-		r = &in.br
-	}
-	in.copied = copied
-	// flate readers always implement Resetter, and Reset never fails.
-	_ = in.fr.(flate.Resetter).Reset(r, dict)
-}
-
-// feed makes msg, then the tail RFC 7692 7.2.2 puts back, the input.
-func (in *inflater) feed(msg []byte) {
-	if in.copied {
-		in.in = append(append(in.in[:0], msg...), tail[:]...)
-		in.br.Reset(in.in)
-	} else {
-		in.src = source{msg: msg}
-	}
-}
-
-// consumed reports whether the decoder has read all of the input.
-func (in *inflater) consumed() bool {
-	if in.copied {
-		return in.br.Len() == 0
-	}
-	return in.src.i == len(in.src.msg) && in.src.t == len(tail)
-}
-
-func putInflater(in *inflater) {
-	in.br.Reset(nil)
-	in.src = source{}
-	inflaters.Put(in)
-}
-
-// source reads a payload in place, then the tail.
-type source struct {
-	msg []byte
-	i   int // next byte of msg
-	t   int // next byte of tail
-}
-
-func (s *source) ReadByte() (byte, error) {
-	if s.i < len(s.msg) {
-		c := s.msg[s.i]
-		s.i++
-		return c, nil
-	}
-	if s.t < len(tail) {
-		c := tail[s.t]
-		s.t++
-		return c, nil
-	}
-	return 0, io.EOF
-}
-
-func (s *source) Read(p []byte) (int, error) {
-	n := copy(p, s.msg[s.i:])
-	s.i += n
-	k := copy(p[n:], tail[s.t:])
-	s.t += k
-	if n+k == 0 && len(p) > 0 {
-		return 0, io.EOF
-	}
-	return n + k, nil
-}
-
 // Decompressor inflates the messages of one direction of one connection,
 // in the order they arrive. It is not safe for concurrent use: the
 // connection's reader calls it.
 //
-// Memory: without context takeover, a Decompressor holds nothing between
-// messages (a pooled decoder is lent for each message). With takeover, it
-// holds a pooled decoder (about 150 KB) from its first message until Idle,
-// and after Idle only the last 2^windowBits bytes it inflated, which start
-// the next message's history.
+// A message is inflated either whole, with Inflate, or incrementally as
+// its frames arrive, with Feed and Next: each chunk of compressed payload
+// is fed as it is received and its output taken in pieces of at most
+// MaxPiece bytes, so that the caller can check the running inflated size
+// against its read limit and validate UTF-8 piece by piece, and stop a
+// message at its first bad byte rather than after its last. Both decode
+// with the same decoder and may be mixed from one message to the next.
+//
+// Memory: the decoder's state (about 40 KiB, a 32 KiB window and the
+// Huffman tables) is pooled. Without context takeover it is lent from a
+// message's first Feed to its end, and a Decompressor holds nothing
+// between messages. With takeover it is lent from the first message until
+// Idle, and after Idle the Decompressor keeps only the last 2^windowBits
+// bytes it inflated, which start the next message's history. Idle between
+// two chunks of one message gives nothing back: the state is the
+// message's.
 type Decompressor struct {
 	takeover bool
-	in       *inflater // lent while busy, with takeover only
-	restart  bool      // in's stream ended: start it again from win
-	win      window    // with takeover: the last bytes inflated
+	s        *stream // lent while busy
+	inMsg    bool    // a message was fed and has not ended
+	win      window  // with takeover, after Idle: the last bytes inflated
 }
+
+// MaxPiece is the most bytes Next returns at once.
+const MaxPiece = histSize
 
 // NewDecompressor returns a decompressor for a sender that uses a window of
 // at most 2^windowBits bytes (8 to 15) and keeps context from one message
@@ -155,7 +57,8 @@ type Decompressor struct {
 // zlib-based senders (browsers, npm ws) asked for 8 bits compress with 9,
 // which zlib cannot avoid for raw DEFLATE; their matches still stay within
 // 250 bytes (zlib never reaches further than the window less 262 bytes),
-// so a 256-byte window holds them.
+// so a 256-byte window holds them. Within a message, a match may reach as
+// far back as the message and the kept window go.
 func NewDecompressor(windowBits int, takeover bool) *Decompressor {
 	checkArgs(BestSpeed, windowBits)
 	d := &Decompressor{takeover: takeover}
@@ -165,88 +68,124 @@ func NewDecompressor(windowBits int, takeover bool) *Decompressor {
 	return d
 }
 
+// Feed gives the decompressor the next chunk of the compressed payload of
+// the message being received: a frame's payload as it arrives (unmasked,
+// RSV1 already checked by the caller), or any part of one; last marks the
+// chunk that ends the message (the payload of its FIN frame), after which
+// the decompressor adds the 0x00 0x00 0xff 0xff tail that RFC 7692 7.2.2
+// says the receiver appends. An empty chunk is valid (an empty final
+// frame: Feed(nil, true)).
+//
+// Feed only keeps chunk: it inflates nothing and never fails. The caller
+// then calls Next until it returns no piece, and must not change chunk
+// until then. Feed panics when called before that (each chunk is taken
+// whole, and a message ends when Next says so).
+func (d *Decompressor) Feed(chunk []byte, last bool) {
+	s := d.s
+	if d.inMsg && (s.last || !s.consumed()) {
+		panic("deflate: Feed before Next returned nil for the previous chunk")
+	}
+	if s == nil {
+		s = getStream()
+		if d.takeover {
+			n := len(d.win.copyTo(s.hist[:]))
+			s.wr, s.rd, s.have = n, n, n
+		}
+		d.s = s
+	}
+	s.in, s.last, s.tail = chunk, last, false
+	d.inMsg = true
+}
+
+// Next inflates from the chunk Feed gave and returns the next piece of
+// the message: 1 to MaxPiece bytes, valid until the next call of Next,
+// Feed, Inflate, Abort or Idle (it is the decoder's window; copy what must
+// be kept). When the chunk is used up it returns nil, nil: then, after a
+// chunk that was not the last, Feed the next one when it arrives; after
+// the last, the message is complete.
+//
+// Data that is not valid DEFLATE fails with an error that wraps ErrCorrupt
+// (a *frame.ProtocolError with code 1007) and a description; the decoder
+// is then given back and the stream is broken: the connection must be
+// failed. Like zlib, Next accepts a message whose data stops inside a
+// DEFLATE block, and a message that ends with a final block (what follows
+// that block in the message is ignored); the next message then starts a
+// new block stream, on the same history with takeover.
+//
+// Next allocates nothing. It never buffers input: what it cannot decode
+// yet (at most the 48 bits of one literal or match) waits in its bit
+// buffer for the next chunk.
+func (d *Decompressor) Next() ([]byte, error) {
+	s := d.s
+	if s == nil || !d.inMsg {
+		return nil, nil
+	}
+	p, err := s.next()
+	if err != nil {
+		d.Abort()
+		return nil, err
+	}
+	if p != nil || !s.last || !s.consumed() {
+		return p, nil
+	}
+	// The message is complete. After its tail (an empty stored block)
+	// the decoder waits at a block boundary, and the next message starts
+	// at a byte boundary: bits left over are padding. A message that
+	// stopped inside a block, or after a final one, leaves the next
+	// message a new block stream.
+	d.inMsg = false
+	s.restart()
+	if !d.takeover {
+		putStream(s)
+		d.s = nil
+	}
+	return nil, nil
+}
+
+// Abort abandons the message being inflated (the caller stopped it: the
+// read limit was exceeded, a text message is not valid UTF-8) and gives
+// the decoder back. With context takeover the stream is then broken: the
+// connection must be failed, as it must after any error of Next.
+func (d *Decompressor) Abort() {
+	if d.s != nil {
+		putStream(d.s)
+		d.s = nil
+	}
+	d.inMsg = false
+}
+
 // Inflate appends the inflated payload of one message to dst and returns
 // the extended slice. msg is the whole compressed payload as received (the
-// fragments joined, without the tail); it is not kept or changed.
+// fragments joined, without the tail); it is not kept or changed. It is
+// Feed(msg, true) and Next until the message ends.
 //
 // The inflated size is checked while inflating: when it would exceed limit
 // (limit <= 0: no limit) Inflate stops with ErrTooBig, having grown dst by
 // no more than the limit, so a zip bomb costs at most the limit. A message
 // that is not valid DEFLATE data fails with an error that wraps ErrCorrupt
-// and the decoder's error. On an error dst is returned at its original
-// length, and the stream is broken: the connection must be failed (1009 or
-// 1007), not read on.
+// and a description. On an error dst is returned at its original length,
+// and the stream is broken: the connection must be failed (1009 or 1007),
+// not read on.
 //
-// Like zlib, Inflate accepts a message whose data stops inside a DEFLATE
-// block, delivering what it decoded. With enough capacity in dst it
-// allocates nothing in steady state.
+// With enough capacity in dst it allocates nothing in steady state.
 func (d *Decompressor) Inflate(dst, msg []byte, limit int64) ([]byte, error) {
-	in := d.in
-	if in == nil {
-		in = getInflater()
-		d.restart = true
-	}
-	copied := len(msg) <= maxCopy
-	if d.restart || in.copied != copied {
-		var dict []byte
-		if d.takeover {
-			dict = d.win.copyTo(in.buf[:]) // Reset copies it out at once
-		}
-		in.restart(dict, copied)
-		d.restart = false
-	}
-	in.feed(msg)
 	start := len(dst)
+	d.Feed(msg, true)
 	for {
-		n, err := in.fr.Read(in.buf[:])
-		if n > 0 {
-			if limit > 0 && int64(len(dst)-start+n) > limit {
-				d.release(in)
-				return dst[:start], ErrTooBig
-			}
-			dst = grow(dst, n, start, limit)
-			dst = append(dst, in.buf[:n]...)
-			if d.takeover {
-				d.win.write(in.buf[:n])
-			}
+		p, err := d.Next()
+		if err != nil {
+			return dst[:start], err
 		}
-		switch {
-		case err == nil:
-			if !in.consumed() {
-				continue
-			}
-			// The input ended just after the decoder handed out what the
-			// flush at the message's end released: it waits for the next
-			// block, which the next message brings.
-		case errors.Is(err, io.EOF):
-			// A final block (RFC 7692 7.2.3.3): the next message starts a
-			// new block stream on the same history.
-			d.restart = true
-		case errors.Is(err, io.ErrUnexpectedEOF) && in.consumed():
-			// The decoder looked for another block past the end of the
-			// message (or the data stopped inside a block, which zlib
-			// accepts too).
-			d.restart = true
-		default:
-			d.release(in)
-			return dst[:start], &corruptError{err: err}
+		if p == nil {
+			return dst, nil
 		}
-		break
+		if limit > 0 && int64(len(dst)-start+len(p)) > limit {
+			d.Abort()
+			return dst[:start], ErrTooBig
+		}
+		dst = grow(dst, len(p), start, limit)
+		dst = append(dst, p...)
 	}
-	if d.takeover {
-		d.in = in
-	} else {
-		putInflater(in)
-	}
-	return dst, nil
-}
-
-// release gives the decoder back after an error; the next Inflate starts a
-// new stream.
-func (d *Decompressor) release(in *inflater) {
-	putInflater(in)
-	d.in = nil
-	d.restart = false
 }
 
 // grow makes room for n more bytes in dst, doubling but never past start+
@@ -265,15 +204,23 @@ func grow(dst []byte, n, start int, limit int64) []byte {
 	return nd
 }
 
-// Idle tells the decompressor that the connection went quiet: it gives its
-// pooled decoder back and keeps only the last 2^windowBits bytes it
-// inflated, which the next message copies into a lent decoder (a copy of
-// at most 32 KiB). Without takeover it does nothing.
+// Idle tells the decompressor that the connection went quiet: between
+// messages it gives its pooled decoder back and keeps only the last
+// 2^windowBits bytes it inflated, which the next message copies into a
+// lent decoder (a copy of at most 32 KiB). Without takeover, or in the
+// middle of a message, it does nothing.
 func (d *Decompressor) Idle() {
-	if d.in == nil {
+	if d.s == nil || d.inMsg {
 		return
 	}
-	putInflater(d.in)
-	d.in = nil
-	d.restart = false
+	s := d.s
+	n := min(s.have, d.win.size)
+	d.win.reset()
+	if n > s.wr {
+		d.win.write(s.hist[histSize-(n-s.wr):])
+		n = s.wr
+	}
+	d.win.write(s.hist[s.wr-n : s.wr])
+	putStream(s)
+	d.s = nil
 }

@@ -15,6 +15,9 @@ type window struct {
 
 func newWindow(size int) window { return window{size: size} }
 
+// reset empties the window, keeping its buffer.
+func (w *window) reset() { w.pos, w.full = 0, false }
+
 func (w *window) write(p []byte) {
 	if len(p) == 0 {
 		return

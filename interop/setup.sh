@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # setup.sh installs the real peers the interop tests talk to, on a Debian
-# machine: npm ws and undici (npm ci in interop/node), Chromium and Python's
-# websockets (apt). It is idempotent and returns at once when everything is
-# already there: npm ci runs only when node_modules is missing or was
-# installed from another lock file, apt only when a package is missing.
+# machine: npm ws and undici (npm ci in interop/node), Chromium, Python's
+# websockets and the proxy servers the client is tested through (apt). It
+# is idempotent and returns at once when everything is already there: npm
+# ci runs only when node_modules is missing or was installed from another
+# lock file, apt only when a package is missing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,7 +31,13 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 installed chromium || missing+=(chromium)
 installed python3-websockets || missing+=(python3-websockets)
+# The proxies the client is tested through: tinyproxy (HTTP), stunnel in
+# front of it (HTTPS), Dante and microsocks (SOCKS5, without and with
+# user/password).
 installed tinyproxy-bin || missing+=(tinyproxy-bin)
+installed stunnel4 || missing+=(stunnel4)
+installed dante-server || missing+=(dante-server)
+installed microsocks || missing+=(microsocks)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "interop/setup.sh: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive

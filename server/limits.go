@@ -102,6 +102,7 @@ func (s *Server) opened(endpoint string) func(*rally.Conn) {
 	return func(c *rally.Conn) {
 		s.m.connections.WithLabelValues(endpoint).Inc()
 		s.m.connectionsTotal.WithLabelValues(endpoint).Inc()
+		s.countOpened(c)
 		ss := c.Data().(*wsSession)
 		if g := ss.grant; !g.open {
 			// RFC 6455 7.4.1: 1008 is for a message (here: a connection)
@@ -122,6 +123,7 @@ func (s *Server) closed(endpoint string) func(*rally.Conn, *rally.CloseError) {
 		s.log.Debug("connection closed", "endpoint", endpoint, "remote", c.RemoteAddr().String(), "code", ce.Code)
 		s.conns.Add(-1)
 		s.m.closed(endpoint, ce.Code)
+		s.countClosed(c)
 		if s.closedHook != nil {
 			s.closedHook()
 		}

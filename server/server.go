@@ -63,6 +63,10 @@ type Config struct {
 	APIKey string
 	// InsecureNoAuth allows a non-loopback Addr without TokenSecret.
 	InsecureNoAuth bool
+	// H2C serves HTTP/2 without TLS (prior knowledge) besides HTTP/1.1,
+	// so that WebSockets over HTTP/2 (RFC 8441) work without TLS too.
+	// Over TLS, HTTP/2 is always offered.
+	H2C bool
 	// Origins lists the other hosts (path.Match patterns, e.g.
 	// "*.example.com", "localhost:*") whose pages may open /ws; pages of
 	// the server's own host always may, and non-browser clients send no
@@ -120,6 +124,7 @@ type Server struct {
 	chat   *rally.Server
 	hub    *pubsub.Hub
 	m      *metrics
+	h2m    h2Metrics
 	secret []byte
 	rate   *rateLimiter
 	heads  headWatch
@@ -199,7 +204,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, m: m, embeddedNATS: embedded, tls: tlsConfig}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, h2m: newH2Metrics(m.reg), embeddedNATS: embedded, tls: tlsConfig}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -273,6 +278,10 @@ func New(cfg Config) (*Server, error) {
 	s.mux.Handle("GET /echo", s.limit(s.echo))
 	s.mux.Handle("GET /ws", s.limit(s.ws))
 	s.mux.Handle("GET /chat", s.limit(s.chat))
+	// WebSockets over HTTP/2 arrive as CONNECT (RFC 8441).
+	s.mux.Handle("CONNECT /echo", s.limit(s.echo))
+	s.mux.Handle("CONNECT /ws", s.limit(s.ws))
+	s.mux.Handle("CONNECT /chat", s.limit(s.chat))
 	s.mux.HandleFunc("POST /publish/{topic...}", s.publish)
 	s.mux.HandleFunc("/publish/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
@@ -358,6 +367,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ConnState:         s.heads.track(s.cfg.HeaderReadTimeout, s.m),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.configureHTTP2(hs)
 	ln = s.harden(ctx, hs, ln)
 	errc := make(chan error, 1)
 	go func() {

@@ -58,8 +58,11 @@ wire is what was typed. With --compress the client offers it with rally's
 defaults and the server accepts it; "connected" then says whether it was
 negotiated and with which parameters.
 
-HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read as Go's net/http reads them
-(never for localhost or loopback addresses); --proxy is always used.
+HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read as Go's net/http reads them,
+ALL_PROXY when the one for the scheme is empty (never for localhost or
+loopback addresses); --proxy is always used. A proxy URL is http://,
+https:// (TLS to the proxy), socks5:// (names resolved here) or socks5h://
+(names resolved by the proxy), with an optional user:password@.
 
 Flags:
 `
@@ -86,6 +89,7 @@ type catConfig struct {
 	proxy        *url.URL
 	listen       string
 	compress     bool
+	http2        http2Flag
 }
 
 // cat runs rally cat with args (after "cat") and returns its exit status.
@@ -118,9 +122,10 @@ func parseCat(args []string, stdout, stderr io.Writer) (*catConfig, int) {
 	fs.Var(&cfg.subprotocols, "subprotocol", "offer (with --listen: speak) the subprotocol `NAME` (repeatable)")
 	fs.BoolVar(&cfg.binary, "binary", false, "send binary messages instead of text")
 	fs.BoolVar(&cfg.insecure, "insecure", false, "accept any TLS certificate (self-signed servers)")
-	fs.StringVar(&proxy, "proxy", "", "connect through the HTTP proxy at `URL` (http://[user:password@]host:port)")
+	fs.StringVar(&proxy, "proxy", "", "connect through the proxy at `URL` (http, https, socks5 or socks5h://[user:password@]host:port)")
 	fs.BoolVar(&cfg.compress, "compress", false, "offer (with --listen: accept) permessage-deflate compression")
 	fs.StringVar(&cfg.listen, "listen", "", "be a server listening on `ADDR` (host:port) instead of a client")
+	fs.Var(&cfg.http2, "http2", "open the WebSocket as a stream of an HTTP/2 connection (RFC 8441); ws:// URLs\nuse HTTP/2 without TLS; =prefer falls back to HTTP/1.1")
 
 	urls, err := cli.Parse(fs, args)
 	if err == nil {
@@ -201,7 +206,7 @@ func (cfg *catConfig) messageType() rally.MessageType {
 
 // catDial is rally cat as a client.
 func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stderr io.Writer) int {
-	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols}
+	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols, HTTP2: rally.HTTP2Mode(cfg.http2)}
 	// Like wscat, rally cat offers no compression unless asked.
 	opts.Compression = &rally.CompressionOptions{Disabled: !cfg.compress}
 	if cfg.insecure {

@@ -47,6 +47,9 @@ Run 'rally COMMAND --help' for the flags of a command.
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		enableHTTP2WebSockets()
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -49,6 +49,7 @@ var serveGroups = []struct {
 		{name: "addr", env: "RALLY_ADDR", value: "HOST:PORT"},
 		{name: "tls-cert", env: "RALLY_TLS_CERT", value: "FILE"},
 		{name: "tls-key", env: "RALLY_TLS_KEY", value: "FILE"},
+		{name: "h2c", env: "RALLY_H2C"},
 	}},
 	{"Auth (secure by default: without a token secret, only loopback addresses are served)", []serveFlag{
 		{name: "token-secret", env: "RALLY_TOKEN_SECRET", value: "SECRET"},
@@ -145,6 +146,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM) to serve HTTPS and wss:// with; needs --tls-key")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	fs.BoolVar(&cfg.H2C, "h2c", false, "serve HTTP/2 without TLS too (WebSockets over HTTP/2, RFC 8441, by prior\nknowledge); over TLS, HTTP/2 is always offered")
 	fs.StringVar(&cfg.TokenSecret, "token-secret", "", "HMAC key (32 bytes or more) of the JWTs /ws, /chat and /echo clients must\npresent in ?token= or an Authorization: Bearer header (claims: subscribe,\npublish, exp)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "the Bearer credential POST /publish needs (with a token secret and no key,\nthe publish API is closed)")
 	fs.Var(origins, "origins", "other hosts whose pages may open /ws, comma-separated (\"*.example.com,localhost:*\");\nthe server's own host always may")

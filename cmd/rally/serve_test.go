@@ -69,6 +69,7 @@ func TestServeConfigFileSetsEveryFlag(t *testing.T) {
 addr = "127.0.0.1:9999"
 tls-cert = "c.pem"
 tls-key = "k.pem"
+h2c = true
 token-secret = "0123456789abcdef0123456789abcdef"
 api-key = "key"
 origins = ["a.example", "*.b.example"]
@@ -117,6 +118,7 @@ ops-addr = "127.0.0.1:9998"
 		"addr":                   c.Addr == "127.0.0.1:9999",
 		"tls-cert":               c.TLSCert == "c.pem",
 		"tls-key":                c.TLSKey == "k.pem",
+		"h2c":                    c.H2C,
 		"token-secret":           c.TokenSecret == "0123456789abcdef0123456789abcdef",
 		"api-key":                c.APIKey == "key",
 		"origins":                strings.Join(c.Origins, " ") == "a.example *.b.example",

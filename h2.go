@@ -1,0 +1,464 @@
+package rally
+
+// WebSockets over HTTP/2 (RFC 8441), server side: an extended CONNECT
+// stream with :protocol websocket becomes a Conn. The stream is wrapped as
+// a net.Conn (h2Stream) and runs the same engine as a TLS connection does;
+// only the opening handshake and the way the stream ends differ.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rallyws/rally/deflate"
+)
+
+// ErrHTTP2Disabled is CheckHTTP2's error: the servers of this process do
+// not advertise extended CONNECT, so no client can open a WebSocket over
+// HTTP/2 with them.
+var ErrHTTP2Disabled = errors.New("rally: WebSockets over HTTP/2 are off: net/http advertises extended CONNECT (RFC 8441) only when the process starts with GODEBUG=http2xconnect=1 in its environment")
+
+// xconnect is what net/http decided when it initialised: it reads the
+// environment's GODEBUG once, in its init, and looks for this substring
+// (it is not a registered setting, so a //go:debug line cannot set it).
+// rally imports net/http, so net/http's init ran just before this one.
+var xconnect = strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1")
+
+// CheckHTTP2 reports whether the net/http servers of this process accept
+// WebSockets over HTTP/2: nil when they advertise extended CONNECT
+// (SETTINGS_ENABLE_CONNECT_PROTOCOL), ErrHTTP2Disabled when they do not.
+// net/http (Go 1.26) turns it on only when the process starts with
+// GODEBUG=http2xconnect=1 in its environment; setting the variable from
+// the program itself is too late. The client side (DialOptions.HTTP2)
+// does not depend on it.
+func CheckHTTP2() error {
+	if !xconnect {
+		return ErrHTTP2Disabled
+	}
+	return nil
+}
+
+// warnedHTTP2Off makes the log line about the missing setting appear once
+// per process.
+var warnedHTTP2Off atomic.Bool
+
+// acceptH2 is Accept for an HTTP/2 request (RFC 8441 sections 4 and 5):
+// an extended CONNECT with :protocol websocket, Sec-WebSocket-Version 13,
+// subprotocols and extensions negotiated as over HTTP/1.1, no key and no
+// accept header, and 200 instead of 101. The stream's DATA frames carry
+// the WebSocket's bytes.
+func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn, error) {
+	q := upgradeRequestOf(r)
+	rf := q.checkExtendedConnect(opts, r.URL.Path)
+	var data any
+	var subprotocol string
+	if rf == nil {
+		data, subprotocol, rf = opts.decide(r, &q, w.Header())
+	}
+	var ext string
+	var params deflate.Params
+	if rf == nil {
+		ext, params, rf = negotiateCompression(opts.Compression, r.Header["Sec-Websocket-Extensions"])
+	}
+	if rf != nil {
+		refuseH2(w, rf)
+		err := &HandshakeError{Status: rf.status, Reason: rf.reason}
+		if rf.byHook {
+			return nil, err
+		}
+		return nil, opts.handshakeFailed(r, err)
+	}
+
+	rc := http.NewResponseController(w)
+	// Server.ReadTimeout and WriteTimeout apply to each HTTP/2 stream, and
+	// a write deadline that fires resets the stream: a long-lived
+	// WebSocket must not have them.
+	rc.SetReadDeadline(time.Time{})
+	rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	for name := range responseManaged {
+		delete(h, name)
+	}
+	if subprotocol != "" {
+		h.Set("Sec-WebSocket-Protocol", subprotocol)
+	}
+	if ext != "" {
+		h.Set("Sec-WebSocket-Extensions", ext)
+	}
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: sending the 200 response: %w", err))
+	}
+	s := newH2Stream(r.Body, w, rc, localAddrOf(r), remoteAddrOf(r))
+	c := startConn(s, nil, true, subprotocol, &opts.ConnOptions)
+	if ext != "" {
+		c.enableCompression(opts.Compression, params)
+	}
+	c.data = data
+	return c, nil
+}
+
+// checkExtendedConnect applies the rules of RFC 8441 section 5 to an
+// HTTP/2 request, in this order, and returns the first one broken:
+//
+//	400 the process does not advertise extended CONNECT (a client could
+//	    not have sent one; see CheckHTTP2)
+//	405 the method is not CONNECT
+//	400 :protocol is not websocket
+//	426 Sec-WebSocket-Version is missing or not 13
+//	403 the origin policy refuses the Origin
+//	500 an origin pattern is malformed
+func (q *upgradeRequest) checkExtendedConnect(o *AcceptOptions, path string) *refusal {
+	if !xconnect {
+		if !warnedHTTP2Off.Swap(true) {
+			logger := o.Logger
+			if logger == nil {
+				logger = slog.Default()
+			}
+			logger.Warn("rally: an HTTP/2 request reached a WebSocket endpoint, but WebSockets over HTTP/2 are off: start the process with GODEBUG=http2xconnect=1", "path", path)
+		}
+		return &refusal{status: http.StatusBadRequest, reason: "WebSockets over HTTP/2 are off on this server (it was started without GODEBUG=http2xconnect=1); use HTTP/1.1"}
+	}
+	if q.method != http.MethodConnect {
+		return &refusal{status: http.StatusMethodNotAllowed, reason: fmt.Sprintf("method %q is not CONNECT (RFC 8441)", q.method), headers: allowCONNECT}
+	}
+	if len(q.h2protocol) != 1 || q.h2protocol[0] != "websocket" {
+		return &refusal{status: http.StatusBadRequest, reason: "CONNECT without :protocol websocket"}
+	}
+	return q.checkVersionAndOrigin(o)
+}
+
+// RFC 9110 15.5.6: a 405 lists the allowed methods.
+var allowCONNECT = []string{"Allow", "CONNECT"}
+
+// refuseH2 answers a declined extended CONNECT. The headers of an
+// HTTP/1.1 refusal that are about the connection are dropped: HTTP/2
+// forbids them, and refusing one stream leaves the connection open.
+func refuseH2(w http.ResponseWriter, rf *refusal) {
+	h := w.Header()
+	rf.setHeader(h)
+	h.Del("Connection")
+	h.Del("Upgrade")
+	w.WriteHeader(rf.status)
+	io.WriteString(w, rf.text())
+}
+
+// localAddrOf returns the local address net/http recorded for r's
+// connection, or an empty TCP address.
+func localAddrOf(r *http.Request) net.Addr {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		return a
+	}
+	return &net.TCPAddr{}
+}
+
+// remoteAddrOf parses r.RemoteAddr, which net/http fills from the
+// connection's address.
+func remoteAddrOf(r *http.Request) net.Addr {
+	if ap, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
+		return ap
+	}
+	return &net.TCPAddr{}
+}
+
+// h2Stream is the server's side of an HTTP/2 stream as a net.Conn: Read
+// takes the request body's DATA, Write sends DATA and flushes it, Close
+// ends the stream. net/http's stream deadlines are not used: a read
+// deadline that fires closes the request body for good, and a write
+// deadline that fires resets the stream. Deadlines are kept here instead,
+// so that a context that ends interrupts a read without harm; a blocked
+// write can only be interrupted by resetting the stream (RST_STREAM
+// INTERNAL_ERROR), which a connection whose write was cut mid-frame
+// needs anyway.
+//
+// The handler that accepted the stream must not return before Close:
+// the ResponseWriter is not usable after that. Close waits for a write in
+// progress to end (resetting the stream if it is blocked), so that
+// nothing writes once the handler may return.
+type h2Stream struct {
+	r      streamReader
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	body   io.Closer
+	local  net.Addr
+	remote net.Addr
+
+	wmu     sync.Mutex // held for a write and its flush
+	wclosed bool       // guarded by wmu
+	wdl     deadline
+	writing atomic.Bool
+	once    sync.Once
+}
+
+func newH2Stream(body io.ReadCloser, w http.ResponseWriter, rc *http.ResponseController, local, remote net.Addr) *h2Stream {
+	s := &h2Stream{w: w, rc: rc, body: body, local: local, remote: remote}
+	s.r.start(body)
+	s.wdl.onExpire = s.writeDeadlinePassed
+	return s
+}
+
+func (s *h2Stream) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+// Write sends p in DATA frames and flushes them: it returns once net/http
+// has handed them to the connection, within the stream's flow-control
+// window.
+func (s *h2Stream) Write(p []byte) (n int, err error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wclosed {
+		return 0, net.ErrClosed
+	}
+	if s.wdl.expired() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	s.writing.Store(true)
+	defer s.writing.Store(false)
+	defer func() {
+		// net/http panics on a write after the handler returned; that is
+		// the application's bug (see Accept), but it must fail this
+		// connection, not the process.
+		if v := recover(); v != nil {
+			err = fmt.Errorf("rally: write on an HTTP/2 stream whose handler returned: %v", v)
+		}
+	}()
+	n, err = s.w.Write(p)
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	if err != nil && s.wdl.expired() {
+		err = fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err)
+	}
+	return n, err
+}
+
+// writeDeadlinePassed interrupts a write in progress when the write
+// deadline passes; the only way to do so resets the stream.
+func (s *h2Stream) writeDeadlinePassed() {
+	if s.writing.Load() && s.wdl.expired() {
+		s.rc.SetWriteDeadline(time.Unix(1, 0))
+	}
+}
+
+// Close ends the stream: reads and writes fail from now on, and once the
+// handler returns, net/http sends END_STREAM (and RST_STREAM NO_ERROR if
+// the client has not ended its side yet). A write still blocked is cut by
+// resetting the stream.
+func (s *h2Stream) Close() error {
+	s.once.Do(func() {
+		s.r.close()
+		s.body.Close()
+		if !s.wmu.TryLock() {
+			s.rc.SetWriteDeadline(time.Unix(1, 0))
+			s.wmu.Lock()
+		}
+		s.wclosed = true
+		s.wmu.Unlock()
+		s.wdl.stop()
+	})
+	return nil
+}
+
+func (s *h2Stream) LocalAddr() net.Addr  { return s.local }
+func (s *h2Stream) RemoteAddr() net.Addr { return s.remote }
+
+func (s *h2Stream) SetDeadline(t time.Time) error {
+	s.r.dl.set(t)
+	s.wdl.set(t)
+	return nil
+}
+func (s *h2Stream) SetReadDeadline(t time.Time) error  { s.r.dl.set(t); return nil }
+func (s *h2Stream) SetWriteDeadline(t time.Time) error { s.wdl.set(t); return nil }
+
+// streamReader reads an HTTP/2 body through a goroutine of its own, so
+// that a read can give up at a deadline without closing the body (which
+// is all net/http offers). The goroutine reads one chunk at a time into
+// its buffer and waits until Read has taken all of it, so flow control
+// still reflects what the application consumed.
+type streamReader struct {
+	data    chan []byte   // a chunk read; closed at the end, with perr set
+	ack     chan struct{} // the chunk was consumed
+	closed  chan struct{}
+	perr    error  // the body's error, set before data is closed
+	pending []byte // the rest of the current chunk
+	err     error
+	dl      deadline
+	once    sync.Once
+}
+
+// h2ReadChunk is the size of one read from the body: an HTTP/2 DATA
+// frame carries at most 16 KiB unless the peer allows more.
+const h2ReadChunk = 16 << 10
+
+func (s *streamReader) start(src io.Reader) {
+	s.data = make(chan []byte)
+	s.ack = make(chan struct{}, 1)
+	s.closed = make(chan struct{})
+	go s.pump(src)
+}
+
+func (s *streamReader) pump(src io.Reader) {
+	buf := make([]byte, h2ReadChunk)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			select {
+			case s.data <- buf[:n]:
+			case <-s.closed:
+				return
+			}
+			select {
+			case <-s.ack:
+			case <-s.closed:
+				return
+			}
+		}
+		if err != nil {
+			s.perr = err
+			close(s.data)
+			return
+		}
+	}
+}
+
+// Read is for one goroutine at a time (the Conn's reader).
+func (s *streamReader) Read(p []byte) (int, error) {
+	if len(s.pending) > 0 {
+		return s.take(p), nil
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.dl.expired() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	select {
+	case chunk, ok := <-s.data:
+		if !ok {
+			s.err = s.perr
+			return 0, s.err
+		}
+		s.pending = chunk
+		return s.take(p), nil
+	case <-s.dl.wait():
+		return 0, os.ErrDeadlineExceeded
+	case <-s.closed:
+		return 0, net.ErrClosed
+	}
+}
+
+func (s *streamReader) take(p []byte) int {
+	n := copy(p, s.pending)
+	s.pending = s.pending[n:]
+	if len(s.pending) == 0 {
+		s.ack <- struct{}{}
+	}
+	return n
+}
+
+// close stops the goroutine (once its body read returns) and fails reads.
+func (s *streamReader) close() {
+	s.once.Do(func() {
+		close(s.closed)
+		s.dl.stop()
+	})
+}
+
+// deadline is a net.Conn deadline kept outside the stream: a channel
+// closed when it passes, and a function run then.
+type deadline struct {
+	mu       sync.Mutex
+	t        time.Time
+	timer    *time.Timer
+	ch       chan struct{} // closed once t has passed
+	onExpire func()
+}
+
+// set moves the deadline to t (zero: none). A deadline in the past
+// expires now.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.t = t
+	if d.ch == nil || isClosed(d.ch) {
+		d.ch = make(chan struct{})
+	}
+	if t.IsZero() {
+		return
+	}
+	wait := time.Until(t)
+	if wait <= 0 {
+		d.expireLocked()
+		return
+	}
+	ch := d.ch
+	d.timer = time.AfterFunc(wait, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.ch == ch && !isClosed(ch) {
+			d.expireLocked()
+		}
+	})
+}
+
+func (d *deadline) expireLocked() {
+	close(d.ch)
+	if d.onExpire != nil {
+		go d.onExpire()
+	}
+}
+
+// wait returns a channel closed when the deadline passes.
+func (d *deadline) wait() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ch == nil {
+		d.ch = make(chan struct{})
+	}
+	return d.ch
+}
+
+func (d *deadline) expired() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ch != nil && isClosed(d.ch)
+}
+
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// HTTP2 reports whether c is a stream of an HTTP/2 connection (RFC 8441)
+// rather than a connection of its own.
+func (c *Conn) HTTP2() bool {
+	switch c.nc.(type) {
+	case *h2Stream, *h2ClientStream:
+		return true
+	}
+	return false
+}

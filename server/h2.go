@@ -1,0 +1,82 @@
+package server
+
+// WebSockets over HTTP/2 (RFC 8441) in `rally serve`: the TLS listener
+// offers h2 (net/http's default), Config.H2C adds HTTP/2 without TLS, the
+// WebSocket endpoints answer extended CONNECT, and /metrics counts
+// connections per protocol.
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rallyws/rally"
+)
+
+// h2MaxStreams is how many streams (WebSockets and requests) one HTTP/2
+// connection may carry at once; net/http's default is 250.
+const h2MaxStreams = 1000
+
+// h2Metrics count WebSocket connections by the protocol that carries
+// them: "http/1.1", "h2" (HTTP/2 over TLS) or "h2c" (HTTP/2 without TLS).
+type h2Metrics struct {
+	open  *prometheus.GaugeVec   // protocol
+	total *prometheus.CounterVec // protocol
+}
+
+func newH2Metrics(reg *prometheus.Registry) h2Metrics {
+	m := h2Metrics{
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rally_connections_by_protocol", Help: "Open WebSocket connections, by the protocol that carries them (http/1.1, h2, h2c).",
+		}, []string{"protocol"}),
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rally_connections_by_protocol_total", Help: "WebSocket connections opened, by the protocol that carries them (http/1.1, h2, h2c).",
+		}, []string{"protocol"}),
+	}
+	reg.MustRegister(m.open, m.total)
+	for _, p := range []string{"http/1.1", "h2", "h2c"} {
+		m.open.WithLabelValues(p)
+		m.total.WithLabelValues(p)
+	}
+	return m
+}
+
+// protocolOf names what carries c.
+func (s *Server) protocolOf(c *rally.Conn) string {
+	switch {
+	case !c.HTTP2():
+		return "http/1.1"
+	case s.cfg.TLSCert != "":
+		return "h2"
+	}
+	return "h2c"
+}
+
+func (s *Server) countOpened(c *rally.Conn) {
+	p := s.protocolOf(c)
+	s.h2m.open.WithLabelValues(p).Inc()
+	s.h2m.total.WithLabelValues(p).Inc()
+}
+
+func (s *Server) countClosed(c *rally.Conn) {
+	s.h2m.open.WithLabelValues(s.protocolOf(c)).Dec()
+}
+
+// configureHTTP2 lets hs carry WebSockets over HTTP/2: h2 over TLS (on by
+// default in net/http), h2c when Config.H2C is set, more streams per
+// connection than net/http's default. Without GODEBUG=http2xconnect=1 in
+// the environment the process started with, net/http does not advertise
+// extended CONNECT: that is logged (cmd/rally arranges the setting).
+func (s *Server) configureHTTP2(hs *http.Server) {
+	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h2MaxStreams}
+	if s.cfg.H2C {
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetHTTP2(true)
+		p.SetUnencryptedHTTP2(true)
+		hs.Protocols = p
+	}
+	if err := rally.CheckHTTP2(); err != nil {
+		s.log.Warn("WebSockets over HTTP/2 are off", "err", err)
+	}
+}

@@ -1,0 +1,250 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/conform"
+)
+
+// The servers of these tests accept WebSockets over HTTP/2 only when the
+// test binary starts with GODEBUG=http2xconnect=1: it re-executes itself
+// with it, as `rally serve` does.
+func init() {
+	if rally.CheckHTTP2() == nil || os.Getenv("RALLY_TEST_REEXECUTED") != "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	godebug := strings.TrimPrefix(os.Getenv("GODEBUG")+",http2xconnect=1", ",")
+	syscall.Exec(exe, os.Args, append(os.Environ(), "GODEBUG="+godebug, "RALLY_TEST_REEXECUTED=1"))
+}
+
+// The conformance suite against rally serve's /echo with every case on a
+// stream of one HTTP/2 connection (h2c): the same verdicts as over
+// HTTP/1.1, case by case.
+func TestConformanceOfRallyServeOverHTTP2SameAsOverHTTP1(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite takes a few seconds; run without -short")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(Config{ShutdownTimeout: 2 * time.Second, H2C: true, HandshakeRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer rcancel()
+	url := "ws://" + ln.Addr().String() + "/echo"
+	h1, err := conform.RunServer(rctx, url, conformOptions("rally-serve"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := conformOptions("rally-serve-h2c")
+	o.HTTP2 = true
+	h2, err := conform.RunServer(rctx, url, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, h2)
+	sameVerdicts(t, h1, h2)
+	metrics := scrape(t, "http://"+ln.Addr().String()+"/metrics")
+	if want := fmt.Sprintf(`rally_connections_by_protocol_total{protocol="h2c"} %d`, len(h2.Results)); !strings.Contains(metrics, want) {
+		t.Fatalf("/metrics lacks %s", want)
+	}
+}
+
+func sameVerdicts(t *testing.T, h1, h2 *conform.Report) {
+	t.Helper()
+	if len(h1.Results) != len(h2.Results) {
+		t.Fatalf("%d cases over HTTP/1.1, %d over HTTP/2", len(h1.Results), len(h2.Results))
+	}
+	for i, r := range h1.Results {
+		g := h2.Results[i]
+		if g.ID != r.ID || g.Behavior != r.Behavior || g.CloseBehavior != r.CloseBehavior {
+			t.Errorf("case %s: %s/%s over HTTP/1.1, %s/%s over HTTP/2 (%q %q)", r.ID, r.Behavior, r.CloseBehavior,
+				g.Behavior, g.CloseBehavior, g.BehaviorNotes, g.CloseNotes)
+		}
+	}
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// The client side of the suite speaks HTTP/1.1 only (it serves the classic
+// fuzzing-server paths on a listener). To judge rally's client over HTTP/2,
+// a relay takes each of its extended CONNECT streams, opens the same path
+// on the suite with an HTTP/1.1 upgrade carrying the client's offer, and
+// then copies bytes both ways without looking at them: the suite sees the
+// client's frames exactly as the client sent them on its stream, and the
+// ends of the stream map to the ends of the TCP connection (END_STREAM to
+// FIN, the suite's FIN to END_STREAM).
+func TestConformanceOfRallyClientOverHTTP2SameAsOverHTTP1(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite takes a few seconds; run without -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	h1, err := conform.RunClient(ctx, conformOptions("rally-client"), driveRallyClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	h2, err := conform.RunClient(ctx, conformOptions("rally-client-h2c"), func(ctx context.Context, addr string) error {
+		relay := httptest.NewUnstartedServer(h2Relay(addr))
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		relay.Config.Protocols = p
+		relay.Start()
+		defer relay.Close()
+		return driveRallyClientWith(ctx, relay.Listener.Addr().String(), &rally.DialOptions{
+			ConnOptions: rally.ConnOptions{ReadLimit: 64 << 20}, HTTP2: rally.HTTP2Require, HTTP2Transport: tr,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, h2)
+	sameVerdicts(t, h1, h2)
+}
+
+// driveRallyClientWith is driveRallyClient with the client's options.
+func driveRallyClientWith(ctx context.Context, addr string, opts *rally.DialOptions) error {
+	base := "ws://" + addr
+	run := func(url string, onMessage func(*rally.Conn, rally.MessageType, []byte) error) error {
+		c, _, err := rally.Dial(ctx, url, opts)
+		if err != nil {
+			return err
+		}
+		defer c.CloseNow()
+		if !c.HTTP2() {
+			return fmt.Errorf("%s: not over HTTP/2", url)
+		}
+		for {
+			typ, p, err := c.Read(ctx)
+			if err != nil {
+				// The end of the connection is the suite's to judge. Let the
+				// close handshake finish (the answer to the suite's close
+				// may still be queued) rather than cut it with CloseNow.
+				select {
+				case <-c.Done():
+				case <-ctx.Done():
+				}
+				return nil
+			}
+			if onMessage != nil {
+				if err := onMessage(c, typ, p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	var count int
+	if err := run(base+"/getCaseCount", func(c *rally.Conn, typ rally.MessageType, p []byte) error {
+		n, err := strconv.Atoi(string(p))
+		count = n
+		return err
+	}); err != nil {
+		return fmt.Errorf("case count: %w", err)
+	}
+	for i := 1; i <= count; i++ {
+		run(fmt.Sprintf("%s/runCase?case=%d&agent=rally-client-h2c", base, i), func(c *rally.Conn, typ rally.MessageType, p []byte) error {
+			return c.Write(ctx, typ, p)
+		})
+	}
+	return run(base+"/updateReports?agent=rally-client-h2c", nil)
+}
+
+// h2Relay answers extended CONNECT streams by relaying them, as bytes, to
+// an HTTP/1.1 WebSocket upgrade of the same request target on addr.
+func h2Relay(addr string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect || r.Header.Get(":protocol") != "websocket" {
+			http.Error(w, "extended CONNECT only", http.StatusBadRequest)
+			return
+		}
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer nc.Close()
+		var req strings.Builder
+		fmt.Fprintf(&req, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n", r.URL.RequestURI(), addr)
+		fmt.Fprintf(&req, "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
+		for _, name := range []string{"Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
+			for _, v := range r.Header[name] {
+				fmt.Fprintf(&req, "%s: %s\r\n", name, v)
+			}
+		}
+		req.WriteString("\r\n")
+		io.WriteString(nc, req.String())
+		br := bufio.NewReader(nc)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			http.Error(w, "upstream refused the upgrade", http.StatusBadGateway)
+			return
+		}
+		for _, name := range []string{"Sec-Websocket-Extensions", "Sec-Websocket-Protocol"} {
+			if v := resp.Header[name]; len(v) > 0 {
+				w.Header()[name] = slices.Clone(v)
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		rc.Flush()
+		go func() {
+			io.Copy(nc, r.Body)
+			nc.(*net.TCPConn).CloseWrite()
+		}()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := br.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil || rc.Flush() != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		// The suite closed its side: returning ends the stream
+		// (END_STREAM; net/http resets a client side still open with
+		// RST_STREAM NO_ERROR).
+	})
+}
