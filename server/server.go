@@ -46,6 +46,11 @@ type Config struct {
 	// Defaults 30 s and 90 s; negative turns either off.
 	PingInterval time.Duration
 	IdleTimeout  time.Duration
+	// WriteStallTimeout lets a client go (1006) once bytes have waited to
+	// be sent to it this long without it taking one: a client that stopped
+	// reading does not hold its queue forever. Default 30 s; negative turns
+	// it off.
+	WriteStallTimeout time.Duration
 	// Logger receives the server's log lines. nil means slog.Default().
 	// Tokens and API keys never appear in them.
 	Logger *slog.Logger
@@ -158,6 +163,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.PingInterval = orDefault(cfg.PingInterval, 30*time.Second)
 	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, 90*time.Second)
+	cfg.WriteStallTimeout = orDefault(cfg.WriteStallTimeout, 30*time.Second)
 	cfg.MaxConnections = orDefault(cfg.MaxConnections, 10000)
 	cfg.HandshakeRate = orDefault(cfg.HandshakeRate, 20)
 	cfg.MaxSubscriptions = orDefault(cfg.MaxSubscriptions, 100)
@@ -236,11 +242,12 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	conn := rally.ConnOptions{
-		PingInterval: max(cfg.PingInterval, 0),
-		IdleTimeout:  max(cfg.IdleTimeout, 0),
-		CloseTimeout: cfg.ShutdownTimeout,
-		Logger:       s.log,
-		BufferLimit:  cfg.BufferLimit,
+		PingInterval:      max(cfg.PingInterval, 0),
+		IdleTimeout:       max(cfg.IdleTimeout, 0),
+		WriteStallTimeout: max(cfg.WriteStallTimeout, 0),
+		CloseTimeout:      cfg.ShutdownTimeout,
+		Logger:            s.log,
+		BufferLimit:       cfg.BufferLimit,
 	}
 	// Compression without server context: an idle connection keeps no
 	// compressor, and a message for many is compressed once.
@@ -372,8 +379,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() {
 		if s.tls != nil {
-			hs.TLSConfig = s.tls.Clone()
-			errc <- hs.ServeTLS(ln, "", "")
+			// TLS over rally's own socket, so that sends keep their
+			// contract over wss (Sent when the kernel took the bytes).
+			cfg := s.tls.Clone()
+			cfg.NextProtos = []string{"h2", "http/1.1"}
+			hs.TLSConfig = cfg
+			errc <- hs.Serve(rally.NewTLSListener(ln, cfg))
 			return
 		}
 		errc <- hs.Serve(ln)

@@ -63,3 +63,45 @@ func TestParseBytesReadsUnits(t *testing.T) {
 		}
 	}
 }
+
+// protectConfigFile sets every flag of protectFlags in a config file, none
+// at its default; protectConfigChecks says whether each was set.
+const protectConfigFile = `nats-user = "u"
+nats-password = "p"
+nats-token = "t"
+nats-nkey = "seed.nk"
+nats-creds = "x.creds"
+nats-ca = "ca.pem"
+nats-cert = "nc.pem"
+nats-key = "nk.pem"
+nats-cluster-user = "cu"
+nats-cluster-password = "cp"
+nats-ready = true
+memory-limit = "64MiB"
+max-header-bytes = 8192
+max-pending-handshakes = 10
+echo-max-message-bytes = "2MiB"
+ops-addr = "127.0.0.1:9998"
+`
+
+func protectConfigChecks(s *serveSetup) map[string]bool {
+	c := s.cfg
+	return map[string]bool{
+		"nats-user":              c.NATS.User == "u",
+		"nats-password":          c.NATS.Password == "p",
+		"nats-token":             c.NATS.Token == "t",
+		"nats-nkey":              c.NATS.NKeySeed == "seed.nk",
+		"nats-creds":             c.NATS.Creds == "x.creds",
+		"nats-ca":                c.NATS.TLSCA == "ca.pem",
+		"nats-cert":              c.NATS.TLSCert == "nc.pem",
+		"nats-key":               c.NATS.TLSKey == "nk.pem",
+		"nats-cluster-user":      c.NATS.ClusterUser == "cu",
+		"nats-cluster-password":  c.NATS.ClusterPassword == "cp",
+		"nats-ready":             c.ReadyNeedsNATS,
+		"memory-limit":           c.MemoryLimit == 64<<20,
+		"max-header-bytes":       c.MaxHeaderBytes == 8192,
+		"max-pending-handshakes": c.MaxPendingHandshakes == 10,
+		"echo-max-message-bytes": c.EchoMaxMessageBytes == 2<<20,
+		"ops-addr":               c.OpsAddr == "127.0.0.1:9998",
+	}
+}

@@ -69,6 +69,7 @@ var serveGroups = []struct {
 	{"Connections", []serveFlag{
 		{name: "ping-interval", env: "RALLY_PING_INTERVAL", value: "DURATION", check: nonZero},
 		{name: "idle-timeout", env: "RALLY_IDLE_TIMEOUT", value: "DURATION", check: nonZero},
+		{name: "write-stall-timeout", env: "RALLY_WRITE_STALL_TIMEOUT", value: "DURATION", check: nonZero},
 		{name: "shutdown-timeout", env: "RALLY_SHUTDOWN_TIMEOUT", value: "DURATION", check: positive},
 	}},
 	{"Several nodes (NATS)", append([]serveFlag{
@@ -160,6 +161,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.DurationVar(&cfg.HeaderReadTimeout, "header-timeout", 10*time.Second, "time a client has to send its request head")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "ping a quiet client this often (negative: never)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 90*time.Second, "close a client silent this long with 1001 (negative: never)")
+	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", 30*time.Second, "let a client go when bytes for it have waited this long without it taking one\n(negative: never)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "time close handshakes may take on shutdown")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")

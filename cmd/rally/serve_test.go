@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +84,7 @@ buffer-limit = 2000
 header-timeout = "3s"
 ping-interval = "4s"
 idle-timeout = "-1s"
+write-stall-timeout = "7s"
 shutdown-timeout = "6s"
 node = "n1"
 nats = "nats://127.0.0.1:4222"
@@ -91,23 +93,7 @@ nats-cluster = "127.0.0.1:6222"
 nats-routes = "nats://127.0.0.1:6223,nats://127.0.0.1:6224"
 log-format = "json"
 log-level = "debug"
-nats-user = "u"
-nats-password = "p"
-nats-token = "t"
-nats-nkey = "seed.nk"
-nats-creds = "x.creds"
-nats-ca = "ca.pem"
-nats-cert = "nc.pem"
-nats-key = "nk.pem"
-nats-cluster-user = "cu"
-nats-cluster-password = "cp"
-nats-ready = true
-memory-limit = "64MiB"
-max-header-bytes = 8192
-max-pending-handshakes = 10
-echo-max-message-bytes = "2MiB"
-ops-addr = "127.0.0.1:9998"
-`)
+`+protectConfigFile)
 	var out, errOut bytes.Buffer
 	s, status := parseServe([]string{"--config", file}, &out, &errOut)
 	if status >= 0 {
@@ -115,48 +101,34 @@ ops-addr = "127.0.0.1:9998"
 	}
 	c := s.cfg
 	checks := map[string]bool{
-		"addr":                   c.Addr == "127.0.0.1:9999",
-		"tls-cert":               c.TLSCert == "c.pem",
-		"tls-key":                c.TLSKey == "k.pem",
-		"h2c":                    c.H2C,
-		"token-secret":           c.TokenSecret == "0123456789abcdef0123456789abcdef",
-		"api-key":                c.APIKey == "key",
-		"origins":                strings.Join(c.Origins, " ") == "a.example *.b.example",
-		"insecure-no-auth":       c.InsecureNoAuth,
-		"max-connections":        c.MaxConnections == 7,
-		"handshake-rate":         c.HandshakeRate == 2.5,
-		"rate-limit-loopback":    c.RateLimitLoopback,
-		"max-subscriptions":      c.MaxSubscriptions == -1,
-		"max-message-bytes":      c.MaxMessageBytes == 1000,
-		"buffer-limit":           c.BufferLimit == 2000,
-		"header-timeout":         c.HeaderReadTimeout == 3*time.Second,
-		"ping-interval":          c.PingInterval == 4*time.Second,
-		"idle-timeout":           c.IdleTimeout == -time.Second,
-		"shutdown-timeout":       c.ShutdownTimeout == 6*time.Second,
-		"node":                   c.Node == "n1",
-		"nats":                   c.NATS.URL == "nats://127.0.0.1:4222",
-		"embedded-nats":          c.NATS.Embedded == "127.0.0.1:4223",
-		"nats-cluster":           c.NATS.Cluster == "127.0.0.1:6222",
-		"nats-routes":            strings.Join(c.NATS.Routes, " ") == "nats://127.0.0.1:6223 nats://127.0.0.1:6224",
-		"log-format":             s.logFormat == "json",
-		"log-level":              s.logLevel == slog.LevelDebug,
-		"nats-user":              c.NATS.User == "u",
-		"nats-password":          c.NATS.Password == "p",
-		"nats-token":             c.NATS.Token == "t",
-		"nats-nkey":              c.NATS.NKeySeed == "seed.nk",
-		"nats-creds":             c.NATS.Creds == "x.creds",
-		"nats-ca":                c.NATS.TLSCA == "ca.pem",
-		"nats-cert":              c.NATS.TLSCert == "nc.pem",
-		"nats-key":               c.NATS.TLSKey == "nk.pem",
-		"nats-cluster-user":      c.NATS.ClusterUser == "cu",
-		"nats-cluster-password":  c.NATS.ClusterPassword == "cp",
-		"nats-ready":             c.ReadyNeedsNATS,
-		"memory-limit":           c.MemoryLimit == 64<<20,
-		"max-header-bytes":       c.MaxHeaderBytes == 8192,
-		"max-pending-handshakes": c.MaxPendingHandshakes == 10,
-		"echo-max-message-bytes": c.EchoMaxMessageBytes == 2<<20,
-		"ops-addr":               c.OpsAddr == "127.0.0.1:9998",
+		"addr":                c.Addr == "127.0.0.1:9999",
+		"tls-cert":            c.TLSCert == "c.pem",
+		"tls-key":             c.TLSKey == "k.pem",
+		"h2c":                 c.H2C,
+		"token-secret":        c.TokenSecret == "0123456789abcdef0123456789abcdef",
+		"api-key":             c.APIKey == "key",
+		"origins":             strings.Join(c.Origins, " ") == "a.example *.b.example",
+		"insecure-no-auth":    c.InsecureNoAuth,
+		"max-connections":     c.MaxConnections == 7,
+		"handshake-rate":      c.HandshakeRate == 2.5,
+		"rate-limit-loopback": c.RateLimitLoopback,
+		"max-subscriptions":   c.MaxSubscriptions == -1,
+		"max-message-bytes":   c.MaxMessageBytes == 1000,
+		"buffer-limit":        c.BufferLimit == 2000,
+		"header-timeout":      c.HeaderReadTimeout == 3*time.Second,
+		"ping-interval":       c.PingInterval == 4*time.Second,
+		"idle-timeout":        c.IdleTimeout == -time.Second,
+		"write-stall-timeout": c.WriteStallTimeout == 7*time.Second,
+		"shutdown-timeout":    c.ShutdownTimeout == 6*time.Second,
+		"node":                c.Node == "n1",
+		"nats":                c.NATS.URL == "nats://127.0.0.1:4222",
+		"embedded-nats":       c.NATS.Embedded == "127.0.0.1:4223",
+		"nats-cluster":        c.NATS.Cluster == "127.0.0.1:6222",
+		"nats-routes":         strings.Join(c.NATS.Routes, " ") == "nats://127.0.0.1:6223 nats://127.0.0.1:6224",
+		"log-format":          s.logFormat == "json",
+		"log-level":           s.logLevel == slog.LevelDebug,
 	}
+	maps.Copy(checks, protectConfigChecks(s))
 	for _, g := range serveGroups {
 		for _, f := range g.flags {
 			if f.name == "config" {
