@@ -8,12 +8,16 @@
 #                tinyproxy, stunnel4, dante-server, microsocks), then runs
 #                every test with -race. This is what CI runs.
 #   make bench   the side-by-side benchmarks against other libraries
+#   make hostile the hostile scenarios of `rally bench` against `rally serve
+#                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
+#   make fuzz    every fuzz target of the module for FUZZTIME each (default 1m);
+#                findings land in the package's testdata/fuzz
 
 GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test setup bench fmt
+.PHONY: check test setup bench fmt hostile fuzz
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -38,3 +42,19 @@ bench:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+hostile:
+	bash loadgen/hostile.sh
+
+FUZZTIME ?= 1m
+
+# Every Fuzz function of every package of the main module, one after the
+# other; a failing input is written to testdata/fuzz/FuzzName/ of its
+# package (commit it: it becomes a seed that `go test` replays).
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done

@@ -25,6 +25,9 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 			return
 		}
+		if !s.admitMemory(w, r) {
+			return
+		}
 		if !s.rate.allow(r.RemoteAddr, time.Now()) {
 			s.m.refused("handshake_rate")
 			s.log.Info("handshake refused: too many from this address", "remote", r.RemoteAddr, "path", r.URL.Path)

@@ -3,9 +3,14 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,6 +32,27 @@ type NATSConfig struct {
 	// Together they join several embedded servers into one NATS cluster.
 	Cluster string
 	Routes  []string
+
+	// Credentials for NATS, at most one kind: User and Password, Token,
+	// NKeySeed (a file holding an NKey seed) or Creds (a .creds file: JWT
+	// and NKey seed, as nsc writes it). With Embedded set, User and
+	// Password or Token are also what the embedded server demands of its
+	// clients (this node and the others).
+	User, Password string
+	Token          string
+	NKeySeed       string
+	Creds          string
+	// TLSCA is a PEM file of the CA that signed the NATS server's
+	// certificate (the system's roots otherwise, when the URL is tls://
+	// or the server asks for TLS). TLSCert and TLSKey are a client
+	// certificate for servers that verify clients. With Embedded set,
+	// TLSCert and TLSKey are the embedded server's certificate instead,
+	// and TLSCA the CA its clients' certificates are verified with.
+	TLSCA, TLSCert, TLSKey string
+	// ClusterUser and ClusterPassword, with Cluster, are what the embedded
+	// server demands of routes from other embedded servers, and what it
+	// presents on its own routes.
+	ClusterUser, ClusterPassword string
 }
 
 func (n *NATSConfig) enabled() bool { return n.URL != "" || n.Embedded != "" }
@@ -45,13 +71,19 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 	if cfg.Broker != nil {
 		return nil, nil, errors.New("rally serve: both a broker and NATS are configured")
 	}
+	opts, err := n.clientOptions()
+	if err != nil {
+		return nil, nil, err
+	}
 	stop = func() {}
 	addr := n.URL
 	if n.Embedded != "" {
 		if err := portFree(n.Embedded, n.Cluster); err != nil {
 			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
 		}
-		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster)
+		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster,
+			natsbroker.WithClientAuth(n.User, n.Password, n.Token),
+			natsbroker.WithClusterAuth(n.ClusterUser, n.ClusterPassword))
 		if err != nil {
 			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
 		}
@@ -61,29 +93,136 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 			addr = e.ClientURL()
 		}
 	}
-	b, err := natsbroker.New(addr, natsbroker.WithName("rally "+cfg.Node))
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	opts = append(opts,
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Warn("NATS: reconnected", "server", redactURL(c.ConnectedUrl()))
+		}))
+	b, err := natsbroker.New(addr, natsbroker.WithName("rally "+cfg.Node), natsbroker.WithNATSOptions(opts...))
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("rally serve: %w", err)
 	}
-	m.reg.MustRegister(natsCollector{b})
 	cfg.Broker = b
+	var w *routeWatch
+	if embedded != nil && len(n.Routes) > 0 {
+		w = &routeWatch{e: embedded, log: log, done: make(chan struct{}), stopped: make(chan struct{})}
+		go w.run(time.Second)
+		shutdown := stop
+		stop = func() {
+			close(w.done)
+			<-w.stopped
+			shutdown()
+		}
+	}
+	m.reg.MustRegister(natsCollector{b: b, w: w})
 	return stop, embedded, nil
 }
 
-// natsCollector exports the broker's counters.
-type natsCollector struct{ b *natsbroker.Broker }
+// clientOptions are the NATS client's options for n's credentials and
+// TLS, or an error naming what does not go together.
+func (n *NATSConfig) clientOptions() ([]nats.Option, error) {
+	kinds := 0
+	for _, set := range []bool{n.User != "" || n.Password != "", n.Token != "", n.NKeySeed != "", n.Creds != ""} {
+		if set {
+			kinds++
+		}
+	}
+	switch {
+	case kinds > 1:
+		return nil, errors.New("rally serve: give NATS one kind of credentials: --nats-user and --nats-password, --nats-token, --nats-nkey or --nats-creds")
+	case (n.User == "") != (n.Password == ""):
+		return nil, errors.New("rally serve: --nats-user and --nats-password go together")
+	case (n.TLSCert == "") != (n.TLSKey == ""):
+		return nil, errors.New("rally serve: --nats-cert and --nats-key go together")
+	case (n.ClusterUser == "") != (n.ClusterPassword == ""):
+		return nil, errors.New("rally serve: --nats-cluster-user and --nats-cluster-password go together")
+	case n.ClusterUser != "" && n.Cluster == "":
+		return nil, errors.New("rally serve: --nats-cluster-user needs --nats-cluster")
+	case n.Embedded != "" && (n.NKeySeed != "" || n.Creds != "" || n.TLSCA != "" || n.TLSCert != ""):
+		return nil, errors.New("rally serve: the embedded NATS server takes --nats-user and --nats-password or --nats-token; NKeys, creds files and TLS need a NATS server of your own (--nats)")
+	}
+	var opts []nats.Option
+	switch {
+	case n.User != "":
+		opts = append(opts, nats.UserInfo(n.User, n.Password))
+	case n.Token != "":
+		opts = append(opts, nats.Token(n.Token))
+	case n.Creds != "":
+		opts = append(opts, nats.UserCredentials(n.Creds))
+	case n.NKeySeed != "":
+		o, err := nats.NkeyOptionFromSeed(n.NKeySeed)
+		if err != nil {
+			return nil, fmt.Errorf("rally serve: --nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if n.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(n.TLSCA))
+	}
+	if n.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(n.TLSCert, n.TLSKey))
+	}
+	return opts, nil
+}
+
+// routeWatch polls the embedded server's routes and logs each loss and
+// recovery (NATS offers no event for them).
+type routeWatch struct {
+	e             *natsbroker.Embedded
+	log           *slog.Logger
+	up            atomic.Int64
+	lost, regains atomic.Uint64
+	done, stopped chan struct{}
+}
+
+func (w *routeWatch) run(every time.Duration) {
+	defer close(w.stopped)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		}
+		now, before := int64(w.e.Routes()), w.up.Load()
+		if now == before {
+			continue
+		}
+		w.up.Store(now)
+		switch {
+		case now < before:
+			w.lost.Add(uint64(before - now))
+			w.log.Warn("NATS: lost a route to another server of the cluster; it will be retried", "routes", now)
+		default:
+			w.regains.Add(uint64(now - before))
+			w.log.Info("NATS: route up", "routes", now)
+		}
+	}
+}
+
+// natsCollector exports the broker's counters and the embedded server's
+// routes.
+type natsCollector struct {
+	b *natsbroker.Broker
+	w *routeWatch // nil without routes to watch
+}
 
 var (
 	natsMessages  = prometheus.NewDesc("rally_nats_messages_total", "Messages between this node and NATS, by direction (out, in).", []string{"direction"}, nil)
-	natsDrops     = prometheus.NewDesc("rally_nats_drops_total", "Messages lost between nodes, by reason (lost: never arrived from another node; publish_failed: NATS refused or was unreachable; too_large: over max_payload; malformed).", []string{"reason"}, nil)
+	natsDrops     = prometheus.NewDesc("rally_nats_drops_total", "Messages lost between nodes, by reason (lost: never arrived from another node; publish_failed: NATS refused or was unreachable; too_large: over max_payload; malformed: a header not sane; invalid_text: text not valid UTF-8).", []string{"reason"}, nil)
 	natsConnected = prometheus.NewDesc("rally_nats_connected", "1 while the connection to NATS is up.", nil, nil)
-	natsEvents    = prometheus.NewDesc("rally_nats_connection_events_total", "Losses and recoveries of the connection to NATS, by event (disconnect, reconnect).", []string{"event"}, nil)
+	natsEvents    = prometheus.NewDesc("rally_nats_connection_events_total", "Losses and recoveries of the connection to NATS, by event (disconnect, reconnect), and of the embedded server's routes to the others (route_lost, route_up).", []string{"event"}, nil)
+	natsRoutes    = prometheus.NewDesc("rally_nats_routes", "Other servers of the NATS cluster the embedded server has a route to now.", nil, nil)
 	natsTopics    = prometheus.NewDesc("rally_nats_topics", "Topics this node subscribes to on NATS (those with local subscribers).", nil, nil)
 )
 
 func (c natsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{natsMessages, natsDrops, natsConnected, natsEvents, natsTopics} {
+	for _, d := range []*prometheus.Desc{natsMessages, natsDrops, natsConnected, natsEvents, natsTopics, natsRoutes} {
 		ch <- d
 	}
 }
@@ -99,6 +238,7 @@ func (c natsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(natsDrops, s.PublishFailed, "publish_failed")
 	counter(natsDrops, s.TooLarge, "too_large")
 	counter(natsDrops, s.Malformed, "malformed")
+	counter(natsDrops, s.InvalidText, "invalid_text")
 	counter(natsEvents, s.Disconnects, "disconnect")
 	counter(natsEvents, s.Reconnects, "reconnect")
 	up := 0.0
@@ -107,6 +247,11 @@ func (c natsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(natsConnected, prometheus.GaugeValue, up)
 	ch <- prometheus.MustNewConstMetric(natsTopics, prometheus.GaugeValue, float64(s.Topics))
+	if w := c.w; w != nil {
+		ch <- prometheus.MustNewConstMetric(natsRoutes, prometheus.GaugeValue, float64(w.e.Routes()))
+		counter(natsEvents, w.lost.Load(), "route_lost")
+		counter(natsEvents, w.regains.Load(), "route_up")
+	}
 }
 
 // redactURL hides the credentials of NATS URLs (nats://user:pass@host).
@@ -119,6 +264,22 @@ func redactURL(list string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// natsReady returns why the node is not ready as far as NATS goes: with
+// ReadyNeedsNATS set, while its connection to NATS is down, or its
+// embedded server has routes configured and none up.
+func (s *Server) natsReady() error {
+	if !s.cfg.ReadyNeedsNATS {
+		return nil
+	}
+	if b, ok := s.cfg.Broker.(*natsbroker.Broker); ok && !b.Stats().Connected {
+		return errors.New("not connected to NATS")
+	}
+	if e := s.embeddedNATS; e != nil && len(s.cfg.NATS.Routes) > 0 && e.Routes() == 0 {
+		return errors.New("no route to the other NATS servers")
+	}
+	return nil
 }
 
 // portFree says at once when an address the embedded NATS server is to

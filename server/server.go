@@ -111,6 +111,10 @@ type Config struct {
 	// NATS, when its URL or Embedded is set, joins this node to others
 	// through NATS.
 	NATS NATSConfig
+
+	// Protection bounds what clients can make the server hold: memory,
+	// request heads, /echo messages (see protect.go).
+	Protection
 }
 
 // Server serves the endpoints of `rally serve`. Create it with New and
@@ -129,6 +133,7 @@ type Server struct {
 	secret []byte
 	rate   *rateLimiter
 	heads  headWatch
+	guard
 
 	conns    atomic.Int64 // open WebSocket connections and handshakes under way
 	draining atomic.Bool
@@ -167,6 +172,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = 64 << 10
+	}
+	if err := cfg.Protection.fill(); err != nil {
+		return nil, err
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("rally serve: --tls-cert and --tls-key go together")
@@ -291,6 +299,10 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	s.mux.HandleFunc("GET /stats", s.stats)
 	s.mux.Handle("GET /{$}", demoPage())
+	if err := s.protect(); err != nil {
+		s.shutdownNodes()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -339,6 +351,10 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if err := s.natsReady(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	io.WriteString(w, "ready\n")
 }
 
@@ -359,6 +375,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.configureHTTP2(hs)
+	ln = s.harden(ctx, hs, ln)
 	errc := make(chan error, 1)
 	go func() {
 		if s.tls != nil {

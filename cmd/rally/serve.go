@@ -72,13 +72,14 @@ var serveGroups = []struct {
 		{name: "write-stall-timeout", env: "RALLY_WRITE_STALL_TIMEOUT", value: "DURATION", check: nonZero},
 		{name: "shutdown-timeout", env: "RALLY_SHUTDOWN_TIMEOUT", value: "DURATION", check: positive},
 	}},
-	{"Several nodes (NATS)", []serveFlag{
+	{"Several nodes (NATS)", append([]serveFlag{
 		{name: "node", env: "RALLY_NODE", value: "NAME"},
 		{name: "nats", env: "RALLY_NATS", value: "URL"},
 		{name: "embedded-nats", env: "RALLY_EMBEDDED_NATS", value: "HOST:PORT"},
 		{name: "nats-cluster", env: "RALLY_NATS_CLUSTER", value: "HOST:PORT"},
 		{name: "nats-routes", env: "RALLY_NATS_ROUTES", value: "URL,URL"},
-	}},
+	}, natsAuthServeFlags...)},
+	{"Under attack (memory, request heads; see docs/SERVE.md)", protectServeFlags},
 	{"Logs", []serveFlag{
 		{name: "log-format", env: "RALLY_LOG_FORMAT", value: "text|json"},
 		{name: "log-level", env: "RALLY_LOG_LEVEL", value: "LEVEL"},
@@ -164,9 +165,10 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "time close handshakes may take on shutdown")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")
-	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(it has no auth: bind it where only your nodes reach it)")
+	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(without --nats-user or --nats-token it has no auth: bind it where only\nyour nodes reach it)")
 	fs.StringVar(&cfg.NATS.Cluster, "nats-cluster", "", "where the embedded NATS server listens for routes from other embedded servers")
 	fs.Var(routes, "nats-routes", "cluster addresses of other embedded NATS servers to route to")
+	protectFlags(fs, &cfg.Protection, &cfg.NATS)
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text or json")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "least level logged: debug, info, warn or error")
 	fs.StringVar(config, "config", "", "read settings from this TOML file (keys are flag names)")
@@ -219,6 +221,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, prefixed("rally serve", err))
 		return 1
 	}
+	setRuntimeMemoryLimit(srv.MemoryBudget().Limit())
 	if err := srv.ListenAndServe(ctx, stdout); err != nil {
 		fmt.Fprintln(stderr, prefixed("rally serve", err))
 		return 1

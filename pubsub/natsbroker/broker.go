@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,6 +28,10 @@ const inboxLen = 1 << 16
 // maxKeptBuffer is the largest encoding buffer kept for the next
 // publish, so that a rare large message does not pin its memory.
 const maxKeptBuffer = 64 << 10
+
+// maxSeqJump is the largest step between two sequence numbers of one
+// sender's stream that counts as loss; a larger one is not believed.
+const maxSeqJump = 1 << 32
 
 // maxSenders bounds the nodes a subscription remembers the last sequence
 // number of; past it the subscription forgets them all (and cannot tell
@@ -78,6 +83,7 @@ type Broker struct {
 
 	published, publishFailed, tooLarge   atomic.Uint64
 	received, lost, malformed            atomic.Uint64
+	invalidText                          atomic.Uint64
 	disconnects, reconnects, asyncErrors atomic.Uint64
 }
 
@@ -322,8 +328,13 @@ type Stats struct {
 	// their sequence numbers show (an outage, a slow consumer).
 	Lost uint64
 	// Malformed counts messages dropped because their header was not
-	// one this broker reads.
+	// one this broker reads, or not sane (a node name that is not
+	// printable UTF-8, a sequence number of 0, past 2^53, or four billion
+	// past the sender's last).
 	Malformed uint64
+	// InvalidText counts text messages dropped because they were not
+	// valid UTF-8.
+	InvalidText uint64
 	// Disconnects and Reconnects count losses and recoveries of the
 	// connection to NATS.
 	Disconnects, Reconnects uint64
@@ -349,6 +360,7 @@ func (b *Broker) Stats() Stats {
 		Received:      b.received.Load(),
 		Lost:          b.lost.Load(),
 		Malformed:     b.malformed.Load(),
+		InvalidText:   b.invalidText.Load(),
 		Disconnects:   b.disconnects.Load(),
 		Reconnects:    b.reconnects.Load(),
 		AsyncErrors:   b.asyncErrors.Load(),
@@ -430,12 +442,26 @@ func (t *topicSub) handle(msg *nats.Msg) {
 		t.last[p.node] = p
 	case p.stream != stream:
 		p.stream, p.seq = stream, seq
+	case seq-p.seq > maxSeqJump && seq > p.seq:
+		// No node loses four billion messages of one topic: the sender
+		// is broken or forged. Keep counting from what was sane.
+		b.malformed.Add(1)
+		b.report(fmt.Errorf("natsbroker: dropped a message on topic %q from node %q: sequence %d jumps from %d", t.topic, p.node, seq, p.seq))
+		return
 	case seq > p.seq:
 		if gap := seq - p.seq - 1; gap > 0 {
 			b.lost.Add(gap)
 			b.report(fmt.Errorf("natsbroker: lost %d messages of topic %q from node %q (sequence %d to %d)", gap, t.topic, p.node, p.seq, seq))
 		}
 		p.seq = seq
+	}
+	if typ == rally.Text && !utf8.Valid(payload) {
+		// A browser would close with 1007 on it: the sender was not a
+		// rally node, or not a sane one. Its sequence number counts, so
+		// that it is not also reported lost.
+		b.invalidText.Add(1)
+		b.report(fmt.Errorf("natsbroker: dropped a text message on topic %q from node %q: not valid UTF-8", t.topic, p.node))
+		return
 	}
 	b.received.Add(1)
 	a.r.Deliver(pubsub.Message{Topic: t.topic, Type: typ, Payload: payload, Node: p.node})

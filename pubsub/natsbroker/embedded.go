@@ -33,14 +33,23 @@ type Embedded struct {
 // servers, and it connects routes to each URL in routes ("nats://host:port"
 // or "host:port", the cluster address of another server; it keeps
 // retrying those not up yet). Routes need a clusterAddr. The server keeps
-// NATS's defaults otherwise (1 MiB max_payload, no authentication): bind
-// it to an address only trusted nodes reach.
-func StartEmbedded(addr string, routes []string, clusterAddr string) (*Embedded, error) {
+// NATS's defaults otherwise (1 MiB max_payload, and no authentication
+// unless an EmbeddedOption asks for it): without WithClientAuth and
+// WithClusterAuth, bind it to an address only trusted nodes reach.
+func StartEmbedded(addr string, routes []string, clusterAddr string, options ...EmbeddedOption) (*Embedded, error) {
 	host, port, err := splitAddr(addr)
 	if err != nil {
 		return nil, fmt.Errorf("natsbroker: client address: %w", err)
 	}
+	var ec embeddedConfig
+	for _, o := range options {
+		o(&ec)
+	}
+	if err := ec.check(clusterAddr); err != nil {
+		return nil, err
+	}
 	opts := &server.Options{Host: host, Port: port, NoSigs: true, NoLog: true}
+	opts.Username, opts.Password, opts.Authorization = ec.user, ec.password, ec.token
 	if clusterAddr != "" {
 		chost, cport, err := splitAddr(clusterAddr)
 		if err != nil {
@@ -48,6 +57,7 @@ func StartEmbedded(addr string, routes []string, clusterAddr string) (*Embedded,
 		}
 		opts.Cluster.Name = clusterName
 		opts.Cluster.Host, opts.Cluster.Port = chost, cport
+		opts.Cluster.Username, opts.Cluster.Password = ec.routeUser, ec.routePassword
 	}
 	if len(routes) > 0 && clusterAddr == "" {
 		return nil, fmt.Errorf("natsbroker: %d routes but no cluster address to listen on", len(routes))
@@ -59,6 +69,9 @@ func StartEmbedded(addr string, routes []string, clusterAddr string) (*Embedded,
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {
 			return nil, fmt.Errorf("natsbroker: route %q is not a URL or host:port", r)
+		}
+		if u.User == nil && ec.routeUser != "" {
+			u.User = url.UserPassword(ec.routeUser, ec.routePassword)
 		}
 		opts.Routes = append(opts.Routes, u)
 	}
@@ -111,4 +124,55 @@ func (e *Embedded) ClusterURL() string {
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+}
+
+// Routes returns the number of other servers of the cluster this one
+// has a route to now (NATS may keep several connections to each).
+func (e *Embedded) Routes() int {
+	rz, err := e.srv.Routez(nil)
+	if err != nil {
+		return 0
+	}
+	peers := map[string]bool{}
+	for _, r := range rz.Routes {
+		peers[r.RemoteID] = true
+	}
+	return len(peers)
+}
+
+// EmbeddedOption configures StartEmbedded.
+type EmbeddedOption func(*embeddedConfig)
+
+type embeddedConfig struct {
+	user, password, token    string
+	routeUser, routePassword string
+}
+
+// WithClientAuth makes the embedded server demand of every client (this
+// node's broker and the others') either user and password, or token: set
+// one pair or the other. Brokers present them with
+// WithNATSOptions(nats.UserInfo(user, password)) or nats.Token(token).
+func WithClientAuth(user, password, token string) EmbeddedOption {
+	return func(c *embeddedConfig) { c.user, c.password, c.token = user, password, token }
+}
+
+// WithClusterAuth makes the embedded server demand user and password of
+// routes from other servers, and present them on the routes it makes (a
+// route URL with credentials of its own keeps them).
+func WithClusterAuth(user, password string) EmbeddedOption {
+	return func(c *embeddedConfig) { c.routeUser, c.routePassword = user, password }
+}
+
+func (c *embeddedConfig) check(clusterAddr string) error {
+	switch {
+	case c.token != "" && c.user != "":
+		return fmt.Errorf("natsbroker: the embedded server takes a user and password or a token, not both")
+	case (c.user == "") != (c.password == ""):
+		return fmt.Errorf("natsbroker: the embedded server's client auth needs both user and password")
+	case (c.routeUser == "") != (c.routePassword == ""):
+		return fmt.Errorf("natsbroker: cluster auth needs both user and password")
+	case c.routeUser != "" && clusterAddr == "":
+		return fmt.Errorf("natsbroker: cluster auth without a cluster address")
+	}
+	return nil
 }

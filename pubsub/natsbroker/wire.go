@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rallyws/rally"
 )
@@ -43,6 +46,27 @@ func appendMessage(dst []byte, h head, payload []byte) []byte {
 
 var errShort = errors.New("shorter than its header")
 
+// maxSeq is the largest sequence number believed: a node publishing ten
+// million messages a second on one topic reaches it in 28 years.
+const maxSeq = 1 << 53
+
+// printableName reports whether a node name is valid UTF-8 without
+// control characters (it reaches logs and metrics).
+func printableName(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// printable quotes a name for an error message whatever its bytes.
+func printable(b []byte) string { return strconv.QuoteToASCII(string(b)) }
+
 // parseMessage splits a message into its header and payload, which
 // aliases p. The node name is returned as bytes aliasing p too, so that a
 // receiver can compare it without allocating.
@@ -69,7 +93,13 @@ func parseMessage(p []byte) (typ rally.MessageType, node []byte, stream uint32, 
 		return 0, nil, 0, 0, nil, errShort
 	}
 	node = p[3 : 3+n]
+	if !printableName(node) {
+		return 0, nil, 0, 0, nil, fmt.Errorf("node name %q is not printable UTF-8", printable(node))
+	}
 	stream = binary.BigEndian.Uint32(p[3+n:])
 	seq = binary.BigEndian.Uint64(p[3+n+4:])
+	if seq == 0 || seq > maxSeq {
+		return 0, nil, 0, 0, nil, fmt.Errorf("sequence number %d is not 1 to 2^53", seq)
+	}
 	return typ, node, stream, seq, p[headerLen(n):], nil
 }

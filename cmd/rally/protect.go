@@ -1,0 +1,199 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/rallyws/rally/server"
+)
+
+// The flags of `rally serve` that bound what clients can make it hold,
+// and those of NATS auth; registered by protectFlags, listed in the help
+// by serveGroups.
+var (
+	protectServeFlags = []serveFlag{
+		{name: "memory-limit", env: "RALLY_MEMORY_LIMIT", value: "BYTES|off"},
+		{name: "max-header-bytes", env: "RALLY_MAX_HEADER_BYTES", value: "BYTES"},
+		{name: "max-pending-handshakes", env: "RALLY_MAX_PENDING_HANDSHAKES", value: "N"},
+		{name: "echo-max-message-bytes", env: "RALLY_ECHO_MAX_MESSAGE_BYTES", value: "BYTES"},
+		{name: "ops-addr", env: "RALLY_OPS_ADDR", value: "HOST:PORT"},
+	}
+	natsAuthServeFlags = []serveFlag{
+		{name: "nats-user", env: "RALLY_NATS_USER", value: "USER"},
+		{name: "nats-password", env: "RALLY_NATS_PASSWORD", value: "PASSWORD"},
+		{name: "nats-token", env: "RALLY_NATS_TOKEN", value: "TOKEN"},
+		{name: "nats-nkey", env: "RALLY_NATS_NKEY", value: "FILE"},
+		{name: "nats-creds", env: "RALLY_NATS_CREDS", value: "FILE"},
+		{name: "nats-ca", env: "RALLY_NATS_CA", value: "FILE"},
+		{name: "nats-cert", env: "RALLY_NATS_CERT", value: "FILE"},
+		{name: "nats-key", env: "RALLY_NATS_KEY", value: "FILE"},
+		{name: "nats-cluster-user", env: "RALLY_NATS_CLUSTER_USER", value: "USER"},
+		{name: "nats-cluster-password", env: "RALLY_NATS_CLUSTER_PASSWORD", value: "PASSWORD"},
+		{name: "nats-ready", env: "RALLY_NATS_READY"},
+	}
+)
+
+// protectFlags registers the flags of Protection and of NATS auth on fs.
+func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) {
+	def := server.DefaultMemoryLimit()
+	p.MemoryLimit = def
+	fs.Var(&byteSize{v: &p.MemoryLimit, min: 32 << 20, max: 2 * def, off: true, def: fmt.Sprintf("%.1fGiB (half of this machine's memory)", float64(def)/(1<<30))}, "memory-limit",
+		"memory budget: past 80% of it new WebSocket handshakes get 503; also the Go\nruntime's soft limit (unless GOMEMLIMIT is set); at most this machine's\nmemory; \"off\": no limit")
+	p.MaxHeaderBytes = server.DefaultMaxHeaderBytes
+	fs.Var(intSize(&p.MaxHeaderBytes, 1<<10, 1<<20), "max-header-bytes", "largest request head; larger get 431")
+	p.MaxPendingHandshakes = server.DefaultMaxPendingHandshakes
+	fs.Var(&count{v: &p.MaxPendingHandshakes, min: 1, max: 1 << 20}, "max-pending-handshakes", "connections whose request head is still arriving, at most; past it the\noldest of them gets 503")
+	p.EchoMaxMessageBytes = server.DefaultEchoMaxMessageBytes
+	fs.Var(intSize(&p.EchoMaxMessageBytes, 1, 1<<30), "echo-max-message-bytes", "largest /echo message (larger: closed with 1009); the full conformance\nsuite needs 16MiB")
+	fs.StringVar(&p.OpsAddr, "ops-addr", "", "also serve /healthz, /readyz and /metrics here, with file descriptors\nkept in reserve: it answers even when clients took every other one")
+
+	fs.StringVar(&n.User, "nats-user", "", "user name for NATS (and, with --embedded-nats, demanded of its clients)")
+	fs.StringVar(&n.Password, "nats-password", "", "password of --nats-user")
+	fs.StringVar(&n.Token, "nats-token", "", "token for NATS (and, with --embedded-nats, demanded of its clients)")
+	fs.StringVar(&n.NKeySeed, "nats-nkey", "", "file holding the NKey seed to authenticate to NATS with")
+	fs.StringVar(&n.Creds, "nats-creds", "", "credentials file (JWT and NKey seed) to authenticate to NATS with")
+	fs.StringVar(&n.TLSCA, "nats-ca", "", "CA (PEM) of the NATS server's certificate; with --embedded-nats, of its\nclients' certificates")
+	fs.StringVar(&n.TLSCert, "nats-cert", "", "client certificate (PEM) for NATS; with --embedded-nats, the server's own")
+	fs.StringVar(&n.TLSKey, "nats-key", "", "private key (PEM) of --nats-cert")
+	fs.StringVar(&n.ClusterUser, "nats-cluster-user", "", "user name routes between embedded NATS servers present and demand")
+	fs.StringVar(&n.ClusterPassword, "nats-cluster-password", "", "password of --nats-cluster-user")
+	fs.BoolVar(&p.ReadyNeedsNATS, "nats-ready", false, "/readyz answers 503 while the connection to NATS is down")
+}
+
+// setRuntimeMemoryLimit makes the memory budget the Go runtime's soft
+// limit too, unless GOMEMLIMIT says otherwise: the garbage collector then
+// works harder as the process nears it, instead of letting garbage grow.
+func setRuntimeMemoryLimit(limit int64) {
+	if limit <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(limit)
+}
+
+// byteSize is a flag holding a size in bytes between min and max, written
+// as a number with an optional unit: B, KiB, MiB, GiB, TiB (powers of
+// 1024; K, M, G, T too) or KB, MB, GB, TB (powers of 1000). With off,
+// "off" sets -1 (no limit).
+type byteSize struct {
+	v        *int64
+	min, max int64
+	off      bool
+	def      string
+}
+
+func (b *byteSize) String() string {
+	if b == nil || b.v == nil {
+		return ""
+	}
+	if b.def != "" {
+		return b.def
+	}
+	return showBytes(*b.v)
+}
+
+func (b *byteSize) Set(s string) error {
+	if b.off && strings.EqualFold(s, "off") {
+		*b.v = -1
+		return nil
+	}
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	if n < b.min || n > b.max {
+		return fmt.Errorf("%s is out of range: want %s to %s", s, showBytes(b.min), showBytes(b.max))
+	}
+	*b.v, b.def = n, ""
+	return nil
+}
+
+// intSizeFlag is a byteSize stored in an int.
+type intSizeFlag struct {
+	byteSize
+	dst *int
+}
+
+func intSize(dst *int, min, max int64) *intSizeFlag {
+	f := &intSizeFlag{dst: dst}
+	v := int64(*dst)
+	f.byteSize = byteSize{v: &v, min: min, max: max}
+	return f
+}
+
+func (f *intSizeFlag) Set(s string) error {
+	if err := f.byteSize.Set(s); err != nil {
+		return err
+	}
+	*f.dst = int(*f.v)
+	return nil
+}
+
+// count is a flag holding a whole number between min and max.
+type count struct {
+	v        *int
+	min, max int
+}
+
+func (c *count) String() string {
+	if c == nil || c.v == nil {
+		return ""
+	}
+	return strconv.Itoa(*c.v)
+}
+
+func (c *count) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	if n < c.min || n > c.max {
+		return fmt.Errorf("%d is out of range: want %d to %d", n, c.min, c.max)
+	}
+	*c.v = n
+	return nil
+}
+
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+}
+
+// parseBytes reads a size: "512MiB", "64k", "1000000".
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("%q is not a size (a whole number of bytes, optionally with a unit such as KiB, MiB, GiB)", s)
+	}
+	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(t[i:]))]
+	if !ok {
+		return 0, fmt.Errorf("%q: unknown unit %q (want B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)", s, strings.TrimSpace(t[i:]))
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil || n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * unit, nil
+}
+
+// showBytes shows n in the largest binary unit that divides it.
+func showBytes(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

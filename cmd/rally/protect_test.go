@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestServeRefusesBadLimitsWithAClearErrorAndExit2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--echo-max-message-bytes", "-5"}, `invalid value "-5" for --echo-max-message-bytes: "-5" is not a size`},
+		{[]string{"--echo-max-message-bytes", "0"}, "0 is out of range: want 1 to 1GiB"},
+		{[]string{"--echo-max-message-bytes", "2GiB"}, "2GiB is out of range: want 1 to 1GiB"},
+		{[]string{"--max-header-bytes", "100"}, "100 is out of range: want 1KiB to 1MiB"},
+		{[]string{"--max-header-bytes", "16 furlongs"}, `unknown unit "furlongs"`},
+		{[]string{"--max-pending-handshakes", "0"}, "0 is out of range: want 1 to 1048576"},
+		{[]string{"--max-pending-handshakes", "many"}, `"many" is not a whole number`},
+		{[]string{"--memory-limit", "1MiB"}, "1MiB is out of range: want 32MiB to"},
+		{[]string{"--memory-limit", "1000000TiB"}, "is out of range"},
+		{[]string{"--memory-limit", "99999999999999999999"}, "is too large"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(append([]string{"serve"}, tc.args...), &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d, want 2", tc.args, code)
+		}
+		if !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: message %q, want it to say %q", tc.args, firstLineOf(errOut.String()), tc.want)
+		}
+	}
+}
+
+func firstLineOf(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+func TestServeLimitsComeFromTheEnvironmentToo(t *testing.T) {
+	t.Setenv("RALLY_ECHO_MAX_MESSAGE_BYTES", "-1")
+	var out, errOut bytes.Buffer
+	if code := run([]string{"serve"}, &out, &errOut); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.Contains(errOut.String(), "RALLY_ECHO_MAX_MESSAGE_BYTES") {
+		t.Errorf("message %q does not name the variable", errOut.String())
+	}
+}
+
+func TestParseBytesReadsUnits(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "512": 512, "16KiB": 16 << 10, "16k": 16 << 10, "512MiB": 512 << 20, "512 MiB": 512 << 20,
+		"2GiB": 2 << 30, "1g": 1 << 30, "1TiB": 1 << 40, "1KB": 1000, "1MB": 1e6, "3GB": 3e9, "7B": 7,
+	} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "MiB", "1.5GiB", "12 parsecs", "9223372036854775807KiB"} {
+		if n, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", in, n)
+		}
+	}
+}
+
+// protectConfigFile sets every flag of protectFlags in a config file, none
+// at its default; protectConfigChecks says whether each was set.
+const protectConfigFile = `nats-user = "u"
+nats-password = "p"
+nats-token = "t"
+nats-nkey = "seed.nk"
+nats-creds = "x.creds"
+nats-ca = "ca.pem"
+nats-cert = "nc.pem"
+nats-key = "nk.pem"
+nats-cluster-user = "cu"
+nats-cluster-password = "cp"
+nats-ready = true
+memory-limit = "64MiB"
+max-header-bytes = 8192
+max-pending-handshakes = 10
+echo-max-message-bytes = "2MiB"
+ops-addr = "127.0.0.1:9998"
+`
+
+func protectConfigChecks(s *serveSetup) map[string]bool {
+	c := s.cfg
+	return map[string]bool{
+		"nats-user":              c.NATS.User == "u",
+		"nats-password":          c.NATS.Password == "p",
+		"nats-token":             c.NATS.Token == "t",
+		"nats-nkey":              c.NATS.NKeySeed == "seed.nk",
+		"nats-creds":             c.NATS.Creds == "x.creds",
+		"nats-ca":                c.NATS.TLSCA == "ca.pem",
+		"nats-cert":              c.NATS.TLSCert == "nc.pem",
+		"nats-key":               c.NATS.TLSKey == "nk.pem",
+		"nats-cluster-user":      c.NATS.ClusterUser == "cu",
+		"nats-cluster-password":  c.NATS.ClusterPassword == "cp",
+		"nats-ready":             c.ReadyNeedsNATS,
+		"memory-limit":           c.MemoryLimit == 64<<20,
+		"max-header-bytes":       c.MaxHeaderBytes == 8192,
+		"max-pending-handshakes": c.MaxPendingHandshakes == 10,
+		"echo-max-message-bytes": c.EchoMaxMessageBytes == 2<<20,
+		"ops-addr":               c.OpsAddr == "127.0.0.1:9998",
+	}
+}

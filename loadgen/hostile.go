@@ -1,0 +1,673 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The hostile scenarios of `rally bench`: what a few clients do to make a
+// server hold memory or stop answering. Each samples the server's memory
+// before, at its peak and after, probes it with a fresh echo client
+// throughout, and ends with a verdict.
+var hostileScenarios = []struct{ name, what string }{
+	{"slowloris", "--conns (2000) connections sending their request head one byte per second"},
+	{"head-hold", "--conns (1000) connections sending --size (1 MiB) of request head, never finished"},
+	{"partial", "--conns (1000) connections sending --size (16 MiB - 1) of a message, never finished"},
+	{"slow-read", "--conns (2000) subscribers of a /ws topic that never read while one client publishes 1 KiB\n              messages as fast as it can; a fast subscriber's rate is compared with its rate alone"},
+	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
+}
+
+// IsHostile reports whether scenario is one of the hostile scenarios.
+func IsHostile(scenario string) bool {
+	for _, s := range hostileScenarios {
+		if s.name == scenario {
+			return true
+		}
+	}
+	return false
+}
+
+// HostileConfig is one hostile run.
+type HostileConfig struct {
+	Scenario string
+	// URL is the endpoint attacked: an echo endpoint (ws://host/echo), or
+	// for slow-read the /ws endpoint of `rally serve`.
+	URL string
+	// Conns is the number of attacking connections; Size the bytes of a
+	// held head (head-hold) or message (partial). 0: the scenario's default.
+	Conns, Size int
+	// Duration is how long the attack is held; Settle how long after it
+	// ends the memory is sampled again.
+	Duration, Settle time.Duration
+	// ServerPID (a process on this machine) or MetricsURL (its Prometheus
+	// metrics, process_resident_memory_bytes) is where the server's
+	// memory is read. With neither, memory is not reported.
+	ServerPID  int
+	MetricsURL string
+	// ProbeURL is the echo endpoint a fresh client probes every 250 ms
+	// (default: /echo on the attacked host).
+	ProbeURL string
+	// MaxRSS and MaxProbeP99 are the verdict's bounds.
+	MaxRSS      int64
+	MaxProbeP99 time.Duration
+}
+
+// HostileResult is what a hostile run measured.
+type HostileResult struct {
+	Scenario string `json:"scenario"`
+	URL      string `json:"url"`
+	Conns    int    `json:"conns"`
+	// Opened counts attacking connections that were established (TCP).
+	Opened int64 `json:"opened"`
+	// Answers counts how the server dealt with attacking connections:
+	// "431", "503", "close 1009", "closed" (without a word), "open" (still
+	// held at the end of the attack), "dial error".
+	Answers map[string]int64 `json:"answers"`
+	// RSS of the server, in bytes, before the attack, at its peak during
+	// it, and Settle after it; RSSSource says where it was read.
+	RSSBefore int64  `json:"rss_before_bytes"`
+	RSSPeak   int64  `json:"rss_peak_bytes"`
+	RSSAfter  int64  `json:"rss_after_bytes"`
+	RSSSource string `json:"rss_source"`
+	Settle    string `json:"settle"`
+	// Probe is the latency of a fresh client's dial plus one echo, every
+	// 250 ms during the attack.
+	Probe         Latency `json:"probe"`
+	Probes        int64   `json:"probes"`
+	ProbeFailures int64   `json:"probe_failures"`
+	// For slow-read: a fast subscriber's deliveries per second alone and
+	// once the slow subscribers' queues are full.
+	FastSoloRate   float64 `json:"fast_solo_per_s,omitempty"`
+	FastAttackRate float64 `json:"fast_under_attack_per_s,omitempty"`
+	Published      int64   `json:"published,omitempty"`
+	// Verdict is PASS or FAIL; Reasons say which bound failed.
+	Verdict string   `json:"verdict"`
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// hostileRun is the state of one run.
+type hostileRun struct {
+	cfg    HostileConfig
+	t      *target
+	res    *HostileResult
+	mu     sync.Mutex
+	conns  []net.Conn
+	opened atomic.Int64
+}
+
+func (h *hostileRun) answer(what string) {
+	h.mu.Lock()
+	h.res.Answers[what]++
+	h.mu.Unlock()
+}
+
+func (h *hostileRun) keep(c net.Conn) {
+	h.opened.Add(1)
+	h.mu.Lock()
+	h.conns = append(h.conns, c)
+	h.mu.Unlock()
+}
+
+// closeAll ends every attacking connection.
+func (h *hostileRun) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.Close()
+	}
+	h.conns = nil
+}
+
+func hostileDefaults(cfg HostileConfig) HostileConfig {
+	if cfg.Conns <= 0 {
+		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "garbage": 10000}[cfg.Scenario]
+	}
+	if cfg.Size <= 0 {
+		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1}[cfg.Scenario]
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 20 * time.Second
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 30 * time.Second
+	}
+	if cfg.MaxRSS <= 0 {
+		cfg.MaxRSS = 600e6
+	}
+	if cfg.MaxProbeP99 <= 0 {
+		cfg.MaxProbeP99 = 100 * time.Millisecond
+	}
+	if cfg.ProbeURL == "" {
+		if u, err := url.Parse(cfg.URL); err == nil {
+			u.Path, u.RawQuery = "/echo", ""
+			cfg.ProbeURL = u.String()
+		}
+	}
+	return cfg
+}
+
+// RunHostile runs one hostile scenario against cfg.URL and returns what
+// it measured. It fails only if the run could not start.
+func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) {
+	if !IsHostile(cfg.Scenario) {
+		return nil, fmt.Errorf("loadgen: unknown hostile scenario %q", cfg.Scenario)
+	}
+	cfg = hostileDefaults(cfg)
+	t, err := newTarget(cfg.URL, true, false)
+	if err != nil {
+		return nil, err
+	}
+	probe, err := newTarget(cfg.ProbeURL, true, false)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostileRun{cfg: cfg, t: t, res: &HostileResult{
+		Scenario: cfg.Scenario, URL: redactURL(cfg.URL), Conns: cfg.Conns, Answers: map[string]int64{}, Settle: cfg.Settle.String(),
+	}}
+	mem := newMemorySampler(cfg.ServerPID, cfg.MetricsURL)
+	h.res.RSSSource = mem.source()
+	h.res.RSSBefore = mem.sample()
+
+	attack, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() { mem.watch(attack) })
+	var hist histogram
+	wg.Go(func() { h.probe(attack, probe, &hist) })
+	switch cfg.Scenario {
+	case "slowloris":
+		h.slowloris(attack)
+	case "head-hold":
+		h.headHold(attack)
+	case "partial":
+		h.partial(attack)
+	case "slow-read":
+		h.slowRead(attack)
+	case "garbage":
+		h.garbage(attack)
+	}
+	<-attack.Done()
+	wg.Wait()
+	h.mu.Lock()
+	h.res.Answers["open"] += int64(len(h.conns))
+	h.mu.Unlock()
+	h.closeAll()
+	h.res.Opened = h.opened.Load()
+	h.res.RSSPeak = max(mem.peak.Load(), h.res.RSSBefore)
+	h.res.Probe = hist.summary()
+	h.res.Probe.Buckets = nil
+	select {
+	case <-ctx.Done():
+	case <-time.After(cfg.Settle):
+	}
+	h.res.RSSAfter = mem.sample()
+	h.verdict()
+	return h.res, nil
+}
+
+func (h *hostileRun) verdict() {
+	r, cfg := h.res, h.cfg
+	if r.RSSSource != "" && r.RSSPeak > cfg.MaxRSS {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("peak RSS %s over %s", Bytes(r.RSSPeak), Bytes(cfg.MaxRSS)))
+	}
+	if p99 := time.Duration(r.Probe.P99 * 1e3); p99 > cfg.MaxProbeP99 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("probe p99 %v over %v", p99.Round(time.Millisecond), cfg.MaxProbeP99))
+	}
+	if r.ProbeFailures*100 > r.Probes {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%d of %d probes failed", r.ProbeFailures, r.Probes))
+	}
+	if r.FastSoloRate > 0 && r.FastAttackRate < r.FastSoloRate/2 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("fast subscriber at %.0f/s under attack, under half its %.0f/s alone", r.FastAttackRate, r.FastSoloRate))
+	}
+	if r.RSSSource != "" && r.RSSAfter > 2*r.RSSBefore {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("RSS %s after %s, over twice the %s before", Bytes(r.RSSAfter), r.Settle, Bytes(r.RSSBefore)))
+	}
+	r.Verdict = "PASS"
+	if len(r.Reasons) > 0 {
+		r.Verdict = "FAIL"
+	}
+}
+
+// WriteSummary writes the verdict line and the figures.
+func (r *HostileResult) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "%s: %s  %d connections (%d opened) against %s\n", r.Scenario, r.Verdict, r.Conns, r.Opened, r.URL)
+	if r.RSSSource != "" {
+		fmt.Fprintf(w, "  server RSS (%s): before %s, peak %s, %s after %s\n", r.RSSSource, Bytes(r.RSSBefore), Bytes(r.RSSPeak), r.Settle, Bytes(r.RSSAfter))
+	}
+	fmt.Fprintf(w, "  fresh echo client: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d probes, %d failed\n",
+		r.Probe.P50/1e3, r.Probe.P99/1e3, r.Probe.Max/1e3, r.Probes, r.ProbeFailures)
+	if r.FastSoloRate > 0 {
+		fmt.Fprintf(w, "  fast subscriber: %.0f/s alone, %.0f/s under attack (%d published)\n", r.FastSoloRate, r.FastAttackRate, r.Published)
+	}
+	var parts []string
+	for k, v := range r.Answers {
+		parts = append(parts, fmt.Sprintf("%s x%d", k, v))
+	}
+	fmt.Fprintf(w, "  the server's answers: %s\n", strings.Join(sortedStrings(parts), ", "))
+	for _, why := range r.Reasons {
+		fmt.Fprintf(w, "  FAIL: %s\n", why)
+	}
+}
+
+func sortedStrings(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}
+
+// probe dials a fresh client every 250 ms and times its dial and one echo.
+func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	payload := []byte("probe under attack")
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		start := time.Now()
+		err := func() error {
+			c, rest, err := t.dial(context.Background(), false)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(clientFrame(opText, payload, [4]byte{1, 2, 3, 4})); err != nil {
+				return err
+			}
+			m, err := newReader(c, 1024, rest).next(payload, true)
+			if err == nil && !m.same {
+				err = errors.New("echo differs")
+			}
+			c.Write(closeFrame)
+			return err
+		}()
+		h.mu.Lock()
+		h.res.Probes++
+		if err != nil {
+			h.res.ProbeFailures++
+		} else {
+			hist.add(int64(time.Since(start)))
+		}
+		h.mu.Unlock()
+	}
+}
+
+// dialRaw opens a TCP connection to the attacked server, spreading
+// source addresses on loopback.
+func (h *hostileRun) dialRaw(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: h.t.localAddr(true), Timeout: handshakeTimeout}
+	return d.DialContext(ctx, "tcp", h.t.addr)
+}
+
+// each runs f for n connections, at most 256 dialling at once, and
+// returns when every f has returned or ctx ends.
+func each(ctx context.Context, n int, f func(i int)) {
+	sem := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
+
+// await reads what the server says on c until ctx ends and records it.
+func (h *hostileRun) await(ctx context.Context, c net.Conn) {
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
+	defer stop()
+	br := bufio.NewReader(c)
+	first, err := br.Peek(2)
+	switch {
+	case err == nil && string(first) == "HT":
+		line, _ := br.ReadString('\n')
+		f := strings.Fields(line)
+		if len(f) >= 2 {
+			h.answer(f[1])
+		} else {
+			h.answer("closed")
+		}
+	case err == nil && first[0] == 0x88:
+		h.answer("close " + closeCodeOf(br))
+	case ctx.Err() != nil:
+		return // still open: counted at the end
+	case err != nil:
+		h.answer("closed")
+	default:
+		h.answer("other bytes")
+	}
+	h.drop(c)
+}
+
+// drop forgets a connection the server answered or closed.
+func (h *hostileRun) drop(c net.Conn) {
+	c.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, k := range h.conns {
+		if k == c {
+			h.conns[i] = h.conns[len(h.conns)-1]
+			h.conns = h.conns[:len(h.conns)-1]
+			return
+		}
+	}
+}
+
+// closeCodeOf reads the code of a close frame from br.
+func closeCodeOf(br *bufio.Reader) string {
+	var hdr [4]byte
+	if _, err := io.ReadFull(br, hdr[:2]); err != nil || hdr[1]&0x7f < 2 {
+		return "without code"
+	}
+	if _, err := io.ReadFull(br, hdr[2:4]); err != nil {
+		return "without code"
+	}
+	return strconv.Itoa(int(binary.BigEndian.Uint16(hdr[2:4])))
+}
+
+func (h *hostileRun) requestLine() string {
+	path := "/"
+	if u, err := url.Parse(h.cfg.URL); err == nil && u.EscapedPath() != "" {
+		path = u.EscapedPath()
+	}
+	return "GET " + path + " HTTP/1.1\r\nHost: " + h.t.addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+}
+
+func (h *hostileRun) slowloris(ctx context.Context) {
+	each(ctx, h.cfg.Conns, func(int) {
+		c, err := h.dialRaw(ctx)
+		if err != nil {
+			h.answer("dial error")
+			return
+		}
+		h.keep(c)
+		go h.await(ctx, c)
+		head := h.requestLine() + "X-Slow: " + strings.Repeat("a", 1<<16)
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for i := 0; i < len(head); i++ {
+				if _, err := c.Write([]byte{head[i]}); err != nil {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	})
+}
+
+func (h *hostileRun) headHold(ctx context.Context) {
+	chunk := []byte("X-Hold: " + strings.Repeat("h", 16<<10-10) + "\r\n")
+	each(ctx, h.cfg.Conns, func(int) {
+		c, err := h.dialRaw(ctx)
+		if err != nil {
+			h.answer("dial error")
+			return
+		}
+		h.keep(c)
+		go h.await(ctx, c)
+		if _, err := io.WriteString(c, h.requestLine()); err != nil {
+			return
+		}
+		for sent := 0; sent < h.cfg.Size && ctx.Err() == nil; sent += len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+}
+
+func (h *hostileRun) partial(ctx context.Context) {
+	size := h.cfg.Size
+	chunk := make([]byte, 64<<10)
+	each(ctx, h.cfg.Conns, func(int) {
+		c, rest, err := h.t.dial(ctx, true)
+		if err != nil {
+			h.answer(handshakeAnswer(err))
+			return
+		}
+		p := &prefixed{Conn: c, rest: rest}
+		h.keep(p)
+		go h.await(ctx, p)
+		// A binary frame that claims size bytes, of which all but the
+		// last one are sent (masked with a zero key: the bytes as they are).
+		hdr := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		binary.BigEndian.PutUint64(hdr[2:10], uint64(size))
+		if _, err := c.Write(hdr); err != nil {
+			return
+		}
+		for left := size - 1; left > 0 && ctx.Err() == nil; {
+			n := min(left, len(chunk))
+			if _, err := c.Write(chunk[:n]); err != nil {
+				return
+			}
+			left -= n
+		}
+	})
+}
+
+func handshakeAnswer(err error) string {
+	var he *handshakeError
+	if errors.As(err, &he) {
+		if f := strings.Fields(he.reason); len(f) > 1 && f[0] == "status" {
+			return f[1]
+		}
+		return "refused"
+	}
+	return "dial error"
+}
+
+func (h *hostileRun) garbage(ctx context.Context) {
+	each(ctx, h.cfg.Conns, func(i int) {
+		junk := make([]byte, 512+i%4096)
+		rand.Read(junk)
+		var c net.Conn
+		var err error
+		if i%2 == 0 {
+			c, err = h.dialRaw(ctx)
+		} else {
+			var rest []byte
+			c, rest, err = h.t.dial(ctx, true)
+			if err == nil {
+				c = &prefixed{Conn: c, rest: rest}
+			}
+		}
+		if err != nil {
+			h.answer(handshakeAnswer(err))
+			return
+		}
+		h.keep(c)
+		c.Write(junk)
+		h.await(ctx, c)
+	})
+}
+
+// prefixed is a connection whose first bytes were already read.
+type prefixed struct {
+	net.Conn
+	rest []byte
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.rest) > 0 {
+		n := copy(b, p.rest)
+		p.rest = p.rest[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// slowRead: a fast subscriber's rate alone, then with --conns subscribers
+// that never read.
+func (h *hostileRun) slowRead(ctx context.Context) {
+	sub := func(c net.Conn) error {
+		_, err := c.Write(clientFrame(opText, []byte(`{"type":"subscribe","topic":"hostile"}`), [4]byte{}))
+		return err
+	}
+	fast, rest, err := h.t.dial(ctx, false)
+	if err != nil {
+		h.answer(handshakeAnswer(err))
+		return
+	}
+	defer fast.Close()
+	pub, prest, err := h.t.dial(ctx, false)
+	if err != nil {
+		h.answer(handshakeAnswer(err))
+		return
+	}
+	defer pub.Close()
+	go io.Copy(io.Discard, &prefixed{Conn: pub, rest: prest})
+	if sub(fast) != nil {
+		return
+	}
+	var delivered atomic.Int64
+	go func() {
+		r := newReader(fast, 64<<10, rest)
+		for {
+			if _, err := r.next(nil, false); err != nil {
+				return
+			}
+			delivered.Add(1)
+		}
+	}()
+	var published atomic.Int64
+	go func() {
+		msg := clientFrame(opText, []byte(`{"type":"publish","topic":"hostile","data":"`+strings.Repeat("x", 1000)+`"}`), [4]byte{})
+		for ctx.Err() == nil {
+			if _, err := pub.Write(msg); err != nil {
+				return
+			}
+			published.Add(1)
+		}
+	}()
+	rate := func(d time.Duration) float64 {
+		n0, t0 := delivered.Load(), time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+		return float64(delivered.Load()-n0) / time.Since(t0).Seconds()
+	}
+	// Alone for a sixth of the window, then the slow subscribers join;
+	// the last third is measured, once their queues are full.
+	h.res.FastSoloRate = rate(h.cfg.Duration / 6)
+	each(ctx, h.cfg.Conns, func(int) {
+		c, _, err := h.t.dial(ctx, true)
+		if err != nil {
+			h.answer(handshakeAnswer(err))
+			return
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetReadBuffer(4 << 10)
+		}
+		h.keep(c)
+		sub(c)
+	})
+	if wait := time.Until(deadlineOf(ctx).Add(-h.cfg.Duration / 3)); wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	h.res.FastAttackRate = rate(h.cfg.Duration / 3)
+	h.res.Published = published.Load()
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// memorySampler reads the server's RSS by pid or from its metrics.
+type memorySampler struct {
+	pid     int
+	metrics string
+	client  *http.Client
+	peak    atomic.Int64
+}
+
+func newMemorySampler(pid int, metricsURL string) *memorySampler {
+	return &memorySampler{pid: pid, metrics: metricsURL, client: &http.Client{Timeout: 2 * time.Second}}
+}
+
+func (m *memorySampler) source() string {
+	switch {
+	case m.pid > 0:
+		return "pid " + strconv.Itoa(m.pid)
+	case m.metrics != "":
+		return "metrics"
+	}
+	return ""
+}
+
+// sample returns the RSS now, or 0 if it cannot be read.
+func (m *memorySampler) sample() int64 {
+	if m.pid > 0 {
+		rss, _, err := ProcessMemory(m.pid)
+		if err != nil {
+			return 0
+		}
+		return rss
+	}
+	if m.metrics == "" {
+		return 0
+	}
+	resp, err := m.client.Get(m.metrics)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int64(f)
+		}
+	}
+	return 0
+}
+
+// watch samples every 250 ms until ctx ends, keeping the peak.
+func (m *memorySampler) watch(ctx context.Context) {
+	if m.source() == "" {
+		return
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if v := m.sample(); v > m.peak.Load() {
+			m.peak.Store(v)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

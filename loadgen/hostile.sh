@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make hostile: the hostile scenarios of `rally bench` against
+# `rally serve --memory-limit 512MiB` (its other settings at their
+# defaults), one after the other, on loopback. Takes a few minutes.
+#
+#   HOSTILE_DURATION  how long each attack is held (default 20s)
+#   HOSTILE_SETTLE    how long after it the memory is read again (default 30s)
+#   HOSTILE_LIMIT     --memory-limit of the server (default 512MiB)
+#   HOSTILE_OUT       where the JSON results and the server's log go
+#                     (default hostile-results/)
+#
+# Each scenario prints its verdict line and figures; the exit status is
+# that of the last scenario that failed (0 if none did).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+duration=${HOSTILE_DURATION:-20s}
+settle=${HOSTILE_SETTLE:-30s}
+limit=${HOSTILE_LIMIT:-512MiB}
+out=${HOSTILE_OUT:-hostile-results}
+mkdir -p "$out"
+bin=$(mktemp -d)/rally
+$GO build -o "$bin" ./cmd/rally || exit 1
+# The server and the attacker each hold up to --conns descriptors.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 18790)
+"$bin" serve --addr "127.0.0.1:$port" --memory-limit "$limit" --log-level warn 2>"$out/serve.log" >/dev/null &
+pid=$!
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
+for _ in $(seq 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+	sleep 0.1
+done
+
+status=0
+run() {
+	local scenario=$1 path=$2
+	"$bin" bench "$scenario" "ws://127.0.0.1:$port$path" --server-pid "$pid" \
+		--duration "$duration" --settle "$settle" --json-file "$out/$scenario.json" || status=1
+	echo
+}
+run slowloris /echo
+run head-hold /echo
+run partial /echo
+run slow-read /ws
+run garbage /echo
+echo "rally serve --memory-limit $limit: results in $out/, its log in $out/serve.log"
+exit $status

@@ -1,0 +1,78 @@
+package loadgen_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rallyws/rally/loadgen"
+)
+
+// headLimitedServer is a net/http server whose request heads are limited
+// to about 1 KiB (plus net/http's 4 KiB of slack): past it, 431.
+func headLimitedServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.NotFoundHandler(), MaxHeaderBytes: 1 << 10}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "ws://" + ln.Addr().String() + "/echo"
+}
+
+func TestHeadHoldCountsThe431OfEveryConnection(t *testing.T) {
+	echo := startServer(t, echoReply)
+	defer echo.stop()
+	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
+		Scenario: "head-hold", URL: headLimitedServer(t), ProbeURL: echo.url("/"),
+		Conns: 8, Size: 64 << 10, Duration: 2 * time.Second, Settle: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Answers["431"] != 8 || res.Opened != 8 {
+		t.Errorf("answers %v of %d opened, want 431 x8", res.Answers, res.Opened)
+	}
+	if res.Probes == 0 || res.ProbeFailures != 0 {
+		t.Errorf("%d probes, %d failed, want some and none failed", res.Probes, res.ProbeFailures)
+	}
+}
+
+func TestHostileVerdictFailsPastTheMemoryBound(t *testing.T) {
+	echo := startServer(t, echoReply)
+	defer echo.stop()
+	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
+		Scenario: "garbage", URL: echo.url("/"), Conns: 4, Duration: time.Second, Settle: time.Millisecond,
+		ServerPID: os.Getpid(), MaxRSS: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != "FAIL" || len(res.Reasons) == 0 || !strings.Contains(res.Reasons[0], "peak RSS") {
+		t.Errorf("verdict %s %v, want FAIL for the peak RSS", res.Verdict, res.Reasons)
+	}
+	var out bytes.Buffer
+	res.WriteSummary(&out)
+	if !strings.HasPrefix(out.String(), "garbage: FAIL  4 connections") || !strings.Contains(out.String(), "server RSS (pid ") {
+		t.Errorf("summary:\n%s", out.String())
+	}
+}
+
+func TestHostileMainRefusesAnUnknownScenarioAndBadFlagsWith2(t *testing.T) {
+	for _, args := range [][]string{
+		{"slowloris"},
+		{"slowloris", "http://x/echo"},
+		{"slowloris", "ws://x/echo", "--conns", "-1"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := loadgen.HostileMain(args, &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}

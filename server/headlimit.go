@@ -1,0 +1,197 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rallyws/rally"
+)
+
+// headBufferBytes is what net/http holds for reading a connection's
+// request head besides the head itself (its bufio.Reader).
+const headBufferBytes = 4 << 10
+
+// harden applies Protection to the HTTP server before it serves ln: the
+// head size limit (net/http answers 431 past it), the bound on heads in
+// progress, accept errors counted and logged, the memory watch, and the
+// ops listener. It returns the listener to serve.
+func (s *Server) harden(ctx context.Context, hs *http.Server, ln net.Listener) net.Listener {
+	p := &s.cfg.Protection
+	hs.MaxHeaderBytes = p.MaxHeaderBytes
+	g := &headGate{
+		max:     int64(p.MaxPendingHandshakes),
+		budget:  s.budget,
+		perHead: int64(p.MaxHeaderBytes) + headBufferBytes,
+		conns:   map[net.Conn]*pendingHead{},
+		m:       s.m,
+		log:     newEveryLog(s.log, 10*time.Second),
+	}
+	prev := hs.ConnState
+	hs.ConnState = func(c net.Conn, st http.ConnState) {
+		g.state(c, st)
+		if prev != nil {
+			prev(c, st)
+		}
+	}
+	hs.ConnContext = g.connContext
+	hs.Handler = g.headDone(hs.Handler)
+	go s.watchMemory(ctx)
+	if s.opsLn != nil {
+		s.serveOps()
+	}
+	al := &acceptLogger{Listener: ln, m: s.m, errors: s.acceptErrors, log: newEveryLog(s.log, 10*time.Second), reserve: newFDReserve(1)}
+	s.closers = append(s.closers, al.reserve.close)
+	return al
+}
+
+// headGate bounds the connections whose request head is in progress: from
+// accept (or the end of the previous request) until the head has arrived
+// whole and the handler runs, the connection goes idle, is hijacked or
+// closes. Each such head is charged to the memory budget at its largest
+// (MaxHeaderBytes and net/http's read buffer). Past the limit, the oldest
+// head in progress is cut to make room: a client that sends its head at
+// once is served while slow ones wait, and the slowest give way first.
+type headGate struct {
+	max     int64
+	perHead int64
+	budget  *rally.MemoryBudget
+	pending atomic.Int64
+	m       *metrics
+	log     *everyLog
+
+	mu    sync.Mutex
+	conns map[net.Conn]*pendingHead
+	queue []*pendingHead // heads in the order they started; finished ones are skipped
+}
+
+// pendingHead is one connection's head state.
+type pendingHead struct {
+	g       *headGate
+	c       net.Conn
+	waiting atomic.Bool // its head is in progress, counted and charged
+	idle    atomic.Bool // between two requests of a kept-alive connection
+}
+
+type pendingKey struct{}
+
+func (g *headGate) connContext(ctx context.Context, c net.Conn) context.Context {
+	h := &pendingHead{g: g, c: c}
+	g.mu.Lock()
+	g.conns[c] = h
+	g.mu.Unlock()
+	return context.WithValue(ctx, pendingKey{}, h)
+}
+
+func (g *headGate) state(c net.Conn, st http.ConnState) {
+	g.mu.Lock()
+	h := g.conns[c]
+	if st == http.StateClosed || st == http.StateHijacked {
+		delete(g.conns, c)
+	}
+	g.mu.Unlock()
+	if h == nil {
+		return
+	}
+	switch st {
+	case http.StateNew:
+		if !h.start() {
+			g.refuse(c, "memory budget under pressure")
+		}
+	case http.StateActive:
+		if h.idle.Swap(false) {
+			h.start() // the next request on a kept-alive connection
+		}
+	case http.StateIdle:
+		h.idle.Store(true)
+		h.finish()
+	default:
+		h.finish()
+	}
+}
+
+// start counts the head, cutting the oldest one in progress if that makes
+// too many, and reports whether the memory budget had room for it.
+func (h *pendingHead) start() bool {
+	if !h.waiting.CompareAndSwap(false, true) {
+		return true
+	}
+	g := h.g
+	if !g.budget.Reserve(rally.MemoryHandshakes, g.perHead) {
+		h.waiting.Store(false)
+		return false
+	}
+	g.mu.Lock()
+	g.queue = append(g.queue, h)
+	var oldest *pendingHead
+	if n := g.pending.Add(1); g.max > 0 && n > g.max {
+		oldest = g.oldestLocked(h)
+	}
+	if len(g.queue) > 2*int(max(g.max, 512)) {
+		g.compactLocked()
+	}
+	g.mu.Unlock()
+	if oldest != nil {
+		oldest.finish()
+		g.refuse(oldest.c, "too many request heads in progress; the oldest was cut")
+	}
+	return true
+}
+
+// oldestLocked removes and returns the oldest head still in progress
+// other than h, or nil.
+func (g *headGate) oldestLocked(h *pendingHead) *pendingHead {
+	for i, o := range g.queue {
+		if o != h && o.waiting.Load() {
+			g.queue = g.queue[i+1:]
+			return o
+		}
+	}
+	return nil
+}
+
+// compactLocked drops finished heads from the queue.
+func (g *headGate) compactLocked() {
+	q := g.queue[:0]
+	for _, o := range g.queue {
+		if o.waiting.Load() {
+			q = append(q, o)
+		}
+	}
+	clear(g.queue[len(q):])
+	g.queue = q
+}
+
+func (h *pendingHead) finish() {
+	if h.waiting.CompareAndSwap(true, false) {
+		h.g.pending.Add(-1)
+		h.g.budget.Release(rally.MemoryHandshakes, h.g.perHead)
+	}
+}
+
+// refuse answers a connection whose head cannot be waited for with 503
+// when that cannot block (plain TCP: the socket's buffer takes it) and
+// closes it.
+func (g *headGate) refuse(c net.Conn, why string) {
+	g.m.refusals.WithLabelValues("pending_handshakes").Inc()
+	g.log.warn("connection refused: "+why, "limit", g.max, "remote", c.RemoteAddr().String())
+	if _, tls := c.(*tls.Conn); !tls {
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+	}
+	c.Close()
+}
+
+// headDone ends the head of the request next handles: it has arrived.
+func (g *headGate) headDone(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h, ok := r.Context().Value(pendingKey{}).(*pendingHead); ok {
+			h.finish()
+		}
+		next.ServeHTTP(w, r)
+	})
+}

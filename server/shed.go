@@ -1,0 +1,97 @@
+package server
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rallyws/rally"
+)
+
+// Until connections charge their send queues to the memory budget (and
+// the budget sheds the largest itself), the server does it from the
+// outside: it keeps its open connections, and once the memory held passes
+// 80% of the limit (where new handshakes get 503) closes those with the
+// most waiting to be sent, largest first, until their queues make up what
+// is over 70%: slow readers give way before new clients are refused for
+// long.
+
+// minShedQueue is the smallest send queue worth closing a connection for.
+const minShedQueue = 64 << 10
+
+// maxShedPerTick bounds the connections closed in one quarter second.
+const maxShedPerTick = 256
+
+// openConns is the set of open WebSocket connections of a server.
+type openConns struct {
+	mu sync.Mutex
+	m  map[*rally.Conn]struct{}
+}
+
+// trackConns makes the WebSocket endpoints keep openConns, and registers
+// the counter of connections shed.
+func (s *Server) trackConns() {
+	s.open.m = map[*rally.Conn]struct{}{}
+	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
+		open, closed := ws.Open, ws.Close
+		ws.Open = func(c *rally.Conn) {
+			s.open.mu.Lock()
+			s.open.m[c] = struct{}{}
+			s.open.mu.Unlock()
+			if open != nil {
+				open(c)
+			}
+		}
+		ws.Close = func(c *rally.Conn, ce *rally.CloseError) {
+			s.open.mu.Lock()
+			delete(s.open.m, c)
+			s.open.mu.Unlock()
+			if closed != nil {
+				closed(c, ce)
+			}
+		}
+	}
+	s.shedConns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "rally_memory_shed_connections_total",
+		Help: "Connections closed under high memory pressure because of what waited to be sent to them (largest first).",
+	})
+	s.m.reg.MustRegister(s.shedConns)
+}
+
+// shedSlowest closes the connections with the largest send queues while
+// the memory held is over 70% of the limit, and returns how many it
+// closed. Their peers do not read (their queue cannot drain), so a close
+// frame would not reach them: the connection is cut.
+func (s *Server) shedSlowest(held int64) int {
+	limit := s.budget.Limit()
+	excess := max(held, s.budget.Used()) - limit/10*7
+	if limit <= 0 || excess <= 0 {
+		return 0
+	}
+	type queued struct {
+		c *rally.Conn
+		n int
+	}
+	var big []queued
+	s.open.mu.Lock()
+	for c := range s.open.m {
+		if n := c.BufferedAmount(); n >= minShedQueue {
+			big = append(big, queued{c, n})
+		}
+	}
+	s.open.mu.Unlock()
+	slices.SortFunc(big, func(a, b queued) int { return b.n - a.n })
+	shed := 0
+	for _, q := range big {
+		if excess <= 0 || shed == maxShedPerTick {
+			break
+		}
+		q.c.CloseNow()
+		// A queue holds about twice what it counts (its capacity).
+		excess -= 2 * int64(q.n)
+		shed++
+	}
+	s.shedConns.Add(float64(shed))
+	return shed
+}

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/rawpeer"
+)
+
+func TestUnderHighMemoryPressureTheSubscriberWithTheLargestQueueIsCut(t *testing.T) {
+	budget := rally.NewMemoryBudget(1 << 30)
+	s := serve(t, Config{Protection: Protection{MemoryBudget: budget}})
+	ended := make(chan struct{}, 4)
+	s.closedHook = func() { ended <- struct{}{} }
+	// A raw peer that subscribes and then never reads.
+	slow, _, err := rawpeer.DialClient(strings.TrimPrefix(s.http, "http://"), "/ws", nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if err := slow.WriteFrame(rawpeer.Text(`{"type":"subscribe","topic":"flood","id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	fast := dial(t, s.ws+"/ws", nil)
+	fast.send(`{"type":"subscribe","topic":"quiet","id":1}`)
+	fast.expect(`{"type":"ack","id":1}`)
+	// The slow subscriber never reads again: publish until its queue is
+	// full (past the 1 MiB buffer limit, a message is dropped for it).
+	payload := []byte(`"` + strings.Repeat("x", 32<<10) + `"`)
+	for {
+		res, err := s.Hub().Publish("flood", rally.Text, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Dropped == 1 {
+			break
+		}
+	}
+	if !budget.Reserve(rally.MemoryAssembly, 950<<20) {
+		t.Fatal("reserve refused")
+	}
+	<-ended // the memory watch cut the slow subscriber
+	budget.Release(rally.MemoryAssembly, 950<<20)
+	if v := metric(t, s.http, "rally_memory_shed_connections_total"); v != 1 {
+		t.Errorf("rally_memory_shed_connections_total = %v, want 1", v)
+	}
+	// The subscriber with nothing waiting is still served.
+	fast.send(`{"type":"subscribe","topic":"other","id":2}`)
+	fast.expect(`{"type":"ack","id":2}`)
+}
