@@ -77,7 +77,8 @@ type writeSide struct {
 
 	corks corkState
 
-	drainArmed bool // a send was queued under backpressure
+	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
+	drainArmed bool         // a send was queued under backpressure
 	closeSeq   uint64
 	closeTimer *time.Timer
 	lastPing   time.Time

@@ -1,6 +1,7 @@
 package rally
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -282,6 +283,9 @@ func (e *writeError) Is(target error) bool { return target == ErrClosed }
 // can finish frames unlocks through it.
 func (c *Conn) unlockWrite() {
 	q := &c.wr.q
+	if b := c.opts.MemoryBudget; b != nil {
+		c.chargeQueueLocked(b)
+	}
 	drain := c.wr.drainArmed && q.empty() && c.wr.err == nil && !c.wr.flushing
 	if drain {
 		c.wr.drainArmed = false
@@ -341,3 +345,36 @@ func (c *Conn) checkStall() {
 	c.wr.mu.Unlock()
 	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: fmt.Errorf("rally: write stalled: the peer took no byte for %v", c.opts.WriteStallTimeout)})
 }
+
+// chargeQueueLocked brings the send queue's charge on the memory budget in
+// line with the memory it holds (its buffers' capacity, not only the bytes
+// in them), and files the connection under its queue's size so that the
+// largest queues are shed first.
+func (c *Conn) chargeQueueLocked(b *MemoryBudget) {
+	now := c.wr.q.footprint()
+	old := c.wr.charged.Load()
+	if now == old {
+		return
+	}
+	if now > old {
+		b.forceCharge(MemorySendQueues, now-old)
+	} else {
+		b.release(MemorySendQueues, old-now)
+	}
+	c.wr.charged.Store(now)
+	b.track(c, old, now)
+}
+
+// queuedBytes is what the connection's send queue holds, as charged to
+// the memory budget.
+func (c *Conn) queuedBytes() int64 { return c.wr.charged.Load() }
+
+// shedQueue cuts the connection: the memory budget ran out and its send
+// queue is among the largest. It is called from any goroutine, with
+// another connection's locks possibly held, so the cut happens on a
+// goroutine of its own.
+func (c *Conn) shedQueue() {
+	go c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errShed})
+}
+
+var errShed = errors.New("rally: send queue shed: the memory budget ran out and this connection's queue was among the largest")

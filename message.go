@@ -3,6 +3,7 @@ package rally
 import (
 	"context"
 
+	"github.com/rallyws/rally/frame"
 	"github.com/rallyws/rally/internal/bufpool"
 )
 
@@ -12,9 +13,10 @@ import (
 // message is a data message being gathered across reads (or, once whole,
 // handed out until the next event).
 type message struct {
-	buf    *[]byte
-	typ    MessageType
-	handed bool // buf holds a whole message handed out by nextMessage
+	buf     *[]byte
+	typ     MessageType
+	handed  bool  // buf holds a whole message handed out by nextMessage
+	charged int64 // bytes of buf's capacity charged to the memory budget
 }
 
 // nextMessage returns the next whole data message. Its bytes are valid
@@ -25,7 +27,7 @@ type message struct {
 func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 	m := &c.rd.msg
 	if m.handed {
-		m.release()
+		c.releaseMessage()
 	}
 	for {
 		ev, err := c.nextEvent(ctx)
@@ -36,8 +38,16 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			return MessageType(ev.op), ev.payload, nil
 		}
 		if ev.first {
+			if err := c.chargeMessage(0, len(ev.payload)); err != nil {
+				return 0, nil, err
+			}
 			m.buf = bufpool.Get(len(ev.payload))
 			m.typ = MessageType(ev.op)
+		}
+		if need := len(*m.buf) + len(ev.payload); need > cap(*m.buf) {
+			if err := c.chargeMessage(cap(*m.buf), max(2*cap(*m.buf), need)); err != nil {
+				return 0, nil, err
+			}
 		}
 		m.append(ev.payload)
 		if ev.fin {
@@ -58,6 +68,31 @@ func (m *message) append(p []byte) {
 		m.buf = nb
 	}
 	*m.buf = append(*m.buf, p...)
+}
+
+// chargeMessage charges the memory budget for growing the gathering
+// buffer from capacity old to what a buffer of n bytes costs; past the
+// budget the message fails with 1013 (try again later), before any memory
+// is taken.
+func (c *Conn) chargeMessage(old, n int) error {
+	b := c.opts.MemoryBudget
+	if b == nil {
+		return nil
+	}
+	d := int64(bufpool.Cap(n) - old)
+	if !b.charge(MemoryAssembly, d) {
+		return c.violated(violation(frame.CloseTryAgainLater, "server memory is exhausted"))
+	}
+	c.rd.msg.charged += d
+	return nil
+}
+
+// releaseMessage gives the gathering buffer back, and its charge.
+func (c *Conn) releaseMessage() {
+	m := &c.rd.msg
+	c.opts.MemoryBudget.release(MemoryAssembly, m.charged)
+	m.charged = 0
+	m.release()
 }
 
 // release gives the gathering buffer back.

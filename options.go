@@ -86,6 +86,15 @@ type ConnOptions struct {
 	// out as the caller's bytes, unchecked, as in npm ws).
 	ValidateUTF8OnSend bool
 
+	// MemoryBudget, when set, bounds the memory this connection (and every
+	// other one sharing the budget) may hold for its peer: a message being
+	// gathered grows only after a charge on the budget succeeds (past it
+	// the message fails with 1013), and the send queue is charged as it
+	// grows; a Send that would queue past the budget applies
+	// BufferLimitAction, and when the budget runs out the connections with
+	// the largest send queues are cut first. nil means no budget.
+	MemoryBudget *MemoryBudget
+
 	// WriteStallTimeout, when positive, ends the connection (1006, with an
 	// error saying so) when bytes have waited to be sent this long without
 	// the peer taking a single one: a peer that stopped reading is let go

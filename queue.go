@@ -102,6 +102,18 @@ func (q *sendQueue) size() int {
 	return n
 }
 
+// footprint is the memory the queue holds: its buffers' capacity.
+func (q *sendQueue) footprint() int64 {
+	var n int
+	if q.buf != nil {
+		n += cap(*q.buf)
+	}
+	if q.held != nil {
+		n += cap(*q.held)
+	}
+	return int64(n)
+}
+
 // empty reports whether nothing waits in either lane.
 func (q *sendQueue) empty() bool { return q.size() == 0 }
 

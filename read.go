@@ -63,7 +63,7 @@ func (c *Conn) readMessage(ctx context.Context, dst []byte, own bool) (MessageTy
 		dst = append(dst, p...)
 	}
 	if c.rd.msg.handed {
-		c.rd.msg.release()
+		c.releaseMessage()
 	}
 	return typ, dst, nil
 }
@@ -96,6 +96,8 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 		r.held = m.buf
 		r.chunk = *m.buf
 		m.buf = nil
+		c.opts.MemoryBudget.release(MemoryAssembly, m.charged)
+		m.charged = 0
 		return m.typ, r, nil
 	}
 	ev, err := c.nextEvent(ctx)
@@ -180,7 +182,7 @@ func (r *messageReader) finish() {
 // skipReader discards what a previous Reader left of its message.
 func (c *Conn) skipReader(ctx context.Context) error {
 	if m := &c.rd.msg; m.handed {
-		m.release()
+		c.releaseMessage()
 	}
 	r := c.rd.reader
 	for r != nil && r.active {

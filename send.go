@@ -100,6 +100,18 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		}
 		return Dropped, nil
 	}
+	if b := c.opts.MemoryBudget; b != nil && (q.blocked || q.streaming) {
+		// It would wait in the queue: there must be room for it.
+		if !b.charge(MemorySendQueues, int64(size)) {
+			code := c.limitExceededLocked()
+			c.unlockWrite()
+			if code != 0 {
+				c.closeWithCode(code, "send buffer limit exceeded")
+			}
+			return Dropped, nil
+		}
+		b.release(MemorySendQueues, int64(size)) // charged as the queue grows
+	}
 	var f outFrame
 	if prepared != nil {
 		f = outFrame{hdr: prepared, done: done}

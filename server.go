@@ -124,7 +124,7 @@ func (c *Conn) serve(s *Server) {
 		}
 	}
 	if c.rd.msg.buf != nil {
-		c.rd.msg.release()
+		c.releaseMessage()
 	}
 	if c.rd.batch {
 		c.rd.batch = false

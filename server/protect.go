@@ -104,6 +104,11 @@ func (s *Server) protect() error {
 		s.budget = rally.NewMemoryBudget(max(p.MemoryLimit, 0))
 	}
 	s.echo.Options.ReadLimit = int64(p.EchoMaxMessageBytes)
+	// Every connection charges what its peer makes it hold (messages being
+	// gathered, send queues) to the server's budget.
+	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
+		ws.Options.MemoryBudget = s.budget
+	}
 	s.trackConns()
 	s.pressureLog = newEveryLog(s.log, 10*time.Second)
 	s.shedLog = newEveryLog(s.log, 10*time.Second)

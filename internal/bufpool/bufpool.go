@@ -22,6 +22,15 @@ func class(n int) int {
 	return bits.Len(uint(n-1)) - minShift
 }
 
+// Cap returns the capacity of the buffer Get(n) returns: what lending it
+// costs (for accounting memory before it is taken).
+func Cap(n int) int {
+	if c := class(n); c < len(pools) {
+		return 1 << (c + minShift)
+	}
+	return n
+}
+
 // Get returns a buffer with len 0 and cap >= n. Buffers larger than 16 MiB
 // are allocated and never pooled. The caller owns it until Put.
 func Get(n int) *[]byte {
