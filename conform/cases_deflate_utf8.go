@@ -89,11 +89,18 @@ func (t *caseTable) compressedUTF8() {
 	// is one fragment (or one TCP write), and the last makes the text
 	// invalid.
 	invalid := []struct {
-		desc  string
 		heads [][]byte
+		names []string // what each head is, for the descriptions
 	}{
-		{"the first inflating to the 1 KiB of the message before, κόσμε and U+110000 (f4908080)", [][]byte{join(lead, k, unhex("f4908080"))}},
-		{"the first inflating to the 1 KiB of the message before, κόσμε and f4, the second to 90 (the first byte that is wrong)", [][]byte{join(lead, k, unhex("f4")), unhex("90")}},
+		{[][]byte{join(lead, k, unhex("f4908080"))}, []string{"the 1 KiB of the message before, κόσμε and U+110000 (f4908080)"}},
+		{[][]byte{join(lead, k, unhex("f4")), unhex("90")}, []string{"the 1 KiB of the message before, κόσμε and f4", "90 (the first byte that is wrong)"}},
+	}
+	inflating := func(unit string, names []string) string {
+		d := fmt.Sprintf("the first %s inflating to %s", unit, names[0])
+		if len(names) > 1 {
+			d += ", the second to " + names[1]
+		}
+		return d
 	}
 	const failFastExp = "Fail the connection (1007) when the part that makes the text invalid arrives (OK), or only once the message is complete (NON-STRICT)."
 	for sub, n := range negotiations {
@@ -102,7 +109,7 @@ func (t *caseTable) compressedUTF8() {
 
 		for i, v := range invalid {
 			t.addPMD(id(1+i),
-				before+fmt.Sprintf("send a compressed text message of %d KiB in compressed fragments, %s, then a ping; only after the pong (or a timeout), the rest (letters) in fragments of %d KiB.", restSize>>10, v.desc, frag>>10),
+				before+fmt.Sprintf("send a compressed text message of %d KiB in compressed fragments, %s, then a ping; only after the pong (or a timeout), the rest (letters) in fragments of %d KiB.", restSize>>10, inflating("fragment", v.names), frag>>10),
 				failFastExp+" The ping tells that the peer has read the invalid fragment.", n.pmd, func(s *session) {
 					prefix := s.warmUp(lead)
 					fs := compressedFragments(rawpeer.OpText, s.pmd.compressParts(append(slices.Clone(v.heads), rest)...), frag)
@@ -120,7 +127,7 @@ func (t *caseTable) compressedUTF8() {
 
 		for i, v := range invalid {
 			t.addPMD(id(3+i),
-				before+fmt.Sprintf("send one compressed text frame of %d KiB inflated, in TCP writes: %s (the header with the first); wait, then write the rest.", restSize>>10, v.desc),
+				before+fmt.Sprintf("send one compressed text frame of %d KiB (inflated) in TCP writes, %s; wait, then write the rest of the frame.", restSize>>10, inflating("write (with the frame header)", v.names)),
 				failFastExp, n.pmd, func(s *session) {
 					prefix := s.warmUp(lead)
 					chunks := s.pmd.compressParts(append(slices.Clone(v.heads), rest)...)

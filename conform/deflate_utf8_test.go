@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // section106 returns the verdict each case of section 106 must get: the
@@ -76,5 +77,33 @@ func TestServerThatEchoesCompressedTextUncheckedFailsSection106(t *testing.T) {
 		if !strings.Contains(strings.Join(r.BehaviorNotes, " "), "not valid UTF-8") {
 			t.Errorf("%s: FAILED for %v, want for echoing invalid UTF-8", r.ID, r.BehaviorNotes)
 		}
+	}
+}
+
+// The reference peer with permessage-deflate inflates each compressed
+// message as its bytes arrive: OK in all of section 106, as server and as
+// client. Validating only once the message is complete is NON-STRICT
+// where the text must fail fast; not validating at all is FAILED.
+func TestReferencePeerWithDeflateGetsItsVerdictsInSection106(t *testing.T) {
+	o := quick()
+	o.Cases = []string{"106.*"}
+	for _, tt := range []struct {
+		name string
+		peer refEcho
+		want map[string]Verdict
+	}{
+		{"strict", refEcho{deflate: true}, section106(OK, OK, OK)},
+		{"late", refEcho{deflate: true, lateUTF8: true}, section106(NonStrict, OK, OK)},
+		{"unchecked", refEcho{deflate: true, skipUTF8: true}, section106(Failed, OK, Failed)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := *o
+			if tt.name != "strict" {
+				// A peer that never fails fast gets the same verdict
+				// however short the wait for it to do so.
+				o.FailFastWait = 50 * time.Millisecond
+			}
+			roles(t, tt.peer, &o, func(t *testing.T, rep *Report) { checkVerdicts(t, rep, tt.want) })
+		})
 	}
 }
