@@ -65,6 +65,7 @@ func TestNpmWsValidatesCompressedTextOnlyAtTheMessageEnd(t *testing.T) {
 func TestServerThatEchoesCompressedTextUncheckedFailsSection106(t *testing.T) {
 	o := quick()
 	o.Cases = []string{"106.*"}
+	o.FailFastWait = 50 * time.Millisecond // it never fails, so the wait changes nothing
 	rep, err := RunServer(t.Context(), startVerbatimEcho(t, "permessage-deflate; client_no_context_takeover; server_no_context_takeover"), o)
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +88,9 @@ func TestServerThatEchoesCompressedTextUncheckedFailsSection106(t *testing.T) {
 func TestReferencePeerWithDeflateGetsItsVerdictsInSection106(t *testing.T) {
 	o := quick()
 	o.Cases = []string{"106.*"}
+	// Each answer is awaited until it comes (a failure ends the wait), so
+	// a long timeout only keeps a loaded machine from changing a verdict.
+	o.Timeout = 10 * time.Second
 	for _, tt := range []struct {
 		name string
 		peer refEcho

@@ -88,9 +88,12 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 		history    []byte // the last 32 KiB inflated, with context takeover
 	)
 	// checkCompressed inflates what has arrived of a compressed message
-	// and validates the text so far (all of it at the end).
+	// and validates the text so far (all of it at the end). Before the end
+	// it does so only when the bytes so far end in a sync flush (00 00 ff
+	// ff): there everything sent so far inflates, and inflating the message
+	// again from its start at every read would cost too much.
 	checkCompressed := func(final bool) ([]byte, error) {
-		if !final && (r.lateUTF8 || r.skipUTF8 || msgOp != rawpeer.OpText) {
+		if !final && (r.lateUTF8 || r.skipUTF8 || msgOp != rawpeer.OpText || !bytes.HasSuffix(msg, tail)) {
 			return nil, nil
 		}
 		var dict []byte
