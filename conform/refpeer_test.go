@@ -31,8 +31,8 @@ type refEcho struct {
 	wrongMasking bool // mask as the other side would
 
 	// deflate negotiates permessage-deflate: a compressed message is
-	// inflated (and its text validated) as its bytes arrive, unless
-	// lateUTF8; echoes go back uncompressed. As a server it answers every
+	// inflated and its text validated as its bytes arrive, at every sync
+	// flush (unless lateUTF8); echoes go back uncompressed. As a server it answers every
 	// offer with no context takeover either way.
 	deflate bool
 	// takeover: the peer keeps its compression context between messages
