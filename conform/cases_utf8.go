@@ -3,6 +3,7 @@ package conform
 import (
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rallyws/rally/internal/rawpeer"
@@ -215,10 +216,15 @@ func (t *caseTable) failFast() {
 // failing after is NON-STRICT, anything else FAILED. allowed lists what the
 // peer may send before failing (the probe's pong).
 func (s *session) concludeFailFast(failedFast bool, allowed ...observation) {
-	e := failsWith(1007, false)
-	e.alts = []alt{{obs: nil, verdict: OK}}
+	s.concludeFailFastAfter(failedFast, nil, allowed...)
+}
+
+// concludeFailFastAfter is concludeFailFast for a case whose peer must
+// first answer prefix (messages sent ahead of the invalid one).
+func (s *session) concludeFailFastAfter(failedFast bool, prefix []observation, allowed ...observation) {
+	e := failsWith(1007, false, prefix...)
 	if len(allowed) > 0 {
-		e.alts = append(e.alts, alt{obs: allowed, verdict: OK})
+		e.alts = append(e.alts, alt{obs: append(slices.Clone(prefix), allowed...), verdict: OK})
 	}
 	s.conclude(e)
 	if s.res.Behavior == OK && !failedFast {

@@ -176,7 +176,7 @@ func checkArgs(mode string, pos []string, addr string, o *Options) error {
 
 func newFlags(o *Options, reportDir, addr *string, verbose *bool) *flag.FlagSet {
 	fs := cli.NewFlagSet("rally conform")
-	fs.Func("cases", "comma-separated case `PATTERNS` to run, e.g. 1.*,6.4.* (default: all but 12.* and 13.*)", func(v string) error {
+	fs.Func("cases", "comma-separated case `PATTERNS` to run, e.g. 1.*,6.4.* (default: all but 12.*, 13.* and 106.*)", func(v string) error {
 		o.Cases = append(o.Cases, splitList(v)...)
 		return nil
 	})
@@ -189,7 +189,7 @@ func newFlags(o *Options, reportDir, addr *string, verbose *bool) *flag.FlagSet 
 	fs.StringVar(addr, "addr", "", "client mode: listen on `HOST:PORT`")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Second, "how long to wait for each answer of the peer")
 	fs.DurationVar(&o.CloseTimeout, "close-timeout", 2*time.Second, "how long to wait for each step of the close handshake")
-	fs.DurationVar(&o.FailFastWait, "fail-fast-wait", time.Second, "how long 6.4.3 and 6.4.4 wait for the peer to fail at the invalid byte")
+	fs.DurationVar(&o.FailFastWait, "fail-fast-wait", time.Second, "how long 6.4.3, 6.4.4, 106.x.3 and 106.x.4 wait for the peer to fail at the invalid byte")
 	fs.Float64Var(&o.Scale, "scale", 1, "`FACTOR` for the message sizes of section 9 (1/64 = 0.015625 for a quick run)")
 	fs.BoolVar(verbose, "v", false, "print each case's verdict as it finishes")
 	fs.BoolVar(&o.HTTP2, "http2", false, "server mode: run every case on a stream of one HTTP/2 connection (RFC 8441;\nh2c for ws://, h2 for wss://)")

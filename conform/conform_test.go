@@ -180,9 +180,15 @@ func TestCasePatternsSelectAndExclude(t *testing.T) {
 		t.Errorf("1.* selects section 10: %q", got)
 	}
 	for _, c := range Select(nil) {
-		if strings.HasPrefix(c.ID, "12.") || strings.HasPrefix(c.ID, "13.") {
-			t.Fatalf("default selection includes %s; sections 12 and 13 run only when named", c.ID)
+		if strings.HasPrefix(c.ID, "12.") || strings.HasPrefix(c.ID, "13.") || strings.HasPrefix(c.ID, "106.") {
+			t.Fatalf("default selection includes %s; sections 12, 13 and 106 run only when named", c.ID)
 		}
+	}
+	if got := ids(&Options{Cases: []string{"1.*", "10.*", "6.*"}}); strings.Contains(got, "106.") {
+		t.Errorf("1.*, 10.* and 6.* select section 106: %q", got)
+	}
+	if got := ids(&Options{Cases: []string{"106.2.*"}}); got != "106.2.1 106.2.2 106.2.3 106.2.4 106.2.5 106.2.6 106.2.7" {
+		t.Errorf("106.2.* selects %q", got)
 	}
 }
 

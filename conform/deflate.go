@@ -202,7 +202,15 @@ var tail = []byte{0x00, 0x00, 0xff, 0xff}
 
 // compress returns the compressed payload of one message (RFC 7692 7.2.1):
 // deflate, flush, and drop the final 00 00 ff ff.
-func (c *codec) compress(p []byte) []byte {
+func (c *codec) compress(p []byte) []byte { return c.compressParts(p)[0] }
+
+// compressParts compresses one message given in parts, with a sync flush
+// after each, and returns one chunk per part: each chunk inflates to
+// exactly its part once the chunks before it are inflated, so a case
+// decides what each frame (or each TCP write) of a compressed message
+// inflates to. The last chunk drops the final 00 00 ff ff (RFC 7692
+// 7.2.1).
+func (c *codec) compressParts(parts ...[]byte) [][]byte {
 	c.out.Reset()
 	if c.w == nil || c.sendNoContext {
 		level := flate.BestCompression
@@ -211,10 +219,16 @@ func (c *codec) compress(p []byte) []byte {
 		}
 		c.w, _ = flate.NewWriter(&c.out, level)
 	}
-	c.w.Write(p)
-	c.w.Flush()
-	b := bytes.Clone(c.out.Bytes())
-	return bytes.TrimSuffix(b, tail)
+	chunks := make([][]byte, len(parts))
+	for i, p := range parts {
+		c.w.Write(p)
+		c.w.Flush()
+		chunks[i] = bytes.Clone(c.out.Bytes())
+		c.out.Reset()
+	}
+	last := len(chunks) - 1
+	chunks[last] = bytes.TrimSuffix(chunks[last], tail)
+	return chunks
 }
 
 // errInflateLimit is returned for a message that inflates past the limit.

@@ -127,13 +127,13 @@ func TestNpmWsWithPermessageDeflateGetsOKInSections12And13(t *testing.T) {
 	})
 }
 
-func TestPeersWithoutPermessageDeflateAreUnimplementedInSections12And13(t *testing.T) {
+func TestPeersWithoutPermessageDeflateAreUnimplementedInTheDeflateSections(t *testing.T) {
 	o := quick()
-	o.Cases = []string{"12.1.1", "13.*"}
+	o.Cases = []string{"12.1.1", "13.*", "106.*"}
 	roles(t, refEcho{}, o, func(t *testing.T, rep *Report) {
 		c := rep.Counts()
-		if c.Unimplemented != c.Total() || c.Total() != 25 || rep.Passed() {
-			t.Fatalf("%v, passed=%v; want 25 UNIMPLEMENTED and not passed", c, rep.Passed())
+		if c.Unimplemented != c.Total() || c.Total() != 25+14 || rep.Passed() {
+			t.Fatalf("%v, passed=%v; want 39 UNIMPLEMENTED and not passed", c, rep.Passed())
 		}
 	})
 }
@@ -142,6 +142,13 @@ func TestPeersWithoutPermessageDeflateAreUnimplementedInSections12And13(t *testi
 // server_no_context_takeover but echoes the client's compressed frames as
 // they are, so its messages depend on the context it promised not to keep.
 func startContextLiar(t *testing.T) string {
+	return startVerbatimEcho(t, "permessage-deflate; server_no_context_takeover")
+}
+
+// startVerbatimEcho serves a server that answers every handshake with the
+// extension ext and echoes every data frame as it arrives, compressed or
+// not, never inflating or validating it; pings get their pong.
+func startVerbatimEcho(t *testing.T, ext string) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +161,7 @@ func startContextLiar(t *testing.T) string {
 				return
 			}
 			wg.Go(func() {
-				p, _, err := rawpeer.AcceptServer(nc, http.Header{"Sec-WebSocket-Extensions": {"permessage-deflate; server_no_context_takeover"}}, 10*time.Second)
+				p, _, err := rawpeer.AcceptServer(nc, http.Header{"Sec-WebSocket-Extensions": {ext}}, 10*time.Second)
 				if err != nil {
 					return
 				}
@@ -165,6 +172,9 @@ func startContextLiar(t *testing.T) string {
 						return
 					}
 					f.Masked = false
+					if f.Opcode == rawpeer.OpPing {
+						f.Opcode = rawpeer.OpPong
+					}
 					p.WriteFrame(f)
 					if f.Opcode == rawpeer.OpClose {
 						return

@@ -1,7 +1,9 @@
 // Package conform is a conformance suite for WebSocket servers and clients
 // (RFC 6455, and RFC 7692 for permessage-deflate): the ground of the
 // classic Autobahn testsuite, numbered the same way wherever a case means
-// the same thing, run from Go with no Python and no Docker.
+// the same thing, run from Go with no Python and no Docker. Its own cases,
+// beyond the classic suite, are numbered from 100 up (106: UTF-8 of
+// compressed text, which must fail at its first bad byte).
 //
 // RunServer tests a server: it connects to an echo endpoint once per case,
 // sends exact bytes and judges what comes back. ServeClients tests a client:

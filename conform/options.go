@@ -12,7 +12,8 @@ import (
 type Options struct {
 	// Cases selects cases by id patterns ("1.*", "6.4.*", "2.5"; a * matches
 	// within the rest of the id). Empty selects every case except those of
-	// sections 12 and 13, which run only when selected by name.
+	// sections 12, 13 and 106 (permessage-deflate), which run only when
+	// selected by name.
 	Cases []string
 	// Exclude removes cases matching these patterns from the selection.
 	Exclude []string
@@ -26,9 +27,9 @@ type Options struct {
 	// CloseTimeout bounds the close handshake: waiting for the peer's close
 	// frame and, against a server, for the server to close TCP (default 2s).
 	CloseTimeout time.Duration
-	// FailFastWait is how long cases 6.4.3 and 6.4.4 wait, with the invalid
-	// byte sent and the rest of the frame held back, before concluding that
-	// the peer does not fail fast (default 1s).
+	// FailFastWait is how long cases 6.4.3, 6.4.4, 106.x.3 and 106.x.4
+	// wait, with the invalid byte sent and the rest of the frame held back,
+	// before concluding that the peer does not fail fast (default 1s).
 	FailFastWait time.Duration
 
 	// Scale multiplies the message sizes of section 9 (default 1, so up to

@@ -1,14 +1,18 @@
 package conform
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	wire "encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +29,35 @@ type refEcho struct {
 	lateUTF8     bool // validate UTF-8 only once a message is complete
 	blindClose   bool // echo any close body back, valid or not
 	wrongMasking bool // mask as the other side would
+
+	// deflate negotiates permessage-deflate: a compressed message is
+	// inflated and its text validated as its bytes arrive, at every sync
+	// flush (unless lateUTF8); echoes go back uncompressed. As a server it answers every
+	// offer with no context takeover either way.
+	deflate bool
+	// takeover: the peer keeps its compression context between messages
+	// (set per connection from the negotiation).
+	takeover bool
+}
+
+// refDeflateAnswer is the reference server's answer to any
+// permessage-deflate offer.
+const refDeflateAnswer = "permessage-deflate; client_no_context_takeover; server_no_context_takeover"
+
+// inflateSoFar inflates the compressed bytes of a message received so far
+// (RFC 7692 7.2.2), with the previous messages' last 32 KiB as dictionary;
+// at the end of the message it appends the 00 00 ff ff tail and an empty
+// final block. It returns all that the bytes so far inflate to, and an
+// error only for corrupt data.
+func inflateSoFar(z, dict []byte, end bool) ([]byte, error) {
+	if end {
+		z = append(append(bytes.Clone(z), tail...), 0x01, 0x00, 0x00, 0xff, 0xff)
+	}
+	out, err := io.ReadAll(flate.NewReaderDict(bytes.NewReader(z), dict))
+	if errors.Is(err, io.ErrUnexpectedEOF) && !end {
+		err = nil
+	}
+	return out, err
 }
 
 type protoErr struct{ code uint16 }
@@ -47,11 +80,38 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 	// closed at once; nothing more is read.
 	closeWith := func(code uint16) { send(rawpeer.Close(code, "")) }
 	var (
-		inMsg   bool
-		msgOp   byte
-		msg     []byte
-		pending []byte // a character cut by a fragment or read boundary
+		inMsg      bool
+		msgOp      byte
+		msg        []byte
+		pending    []byte // a character cut by a fragment or read boundary
+		compressed bool   // the message has RSV1: msg holds its compressed bytes
+		history    []byte // the last 32 KiB inflated, with context takeover
 	)
+	// checkCompressed inflates what has arrived of a compressed message
+	// and validates the text so far (all of it at the end). Before the end
+	// it does so only when the bytes so far end in a sync flush (00 00 ff
+	// ff): there everything sent so far inflates, and inflating the message
+	// again from its start at every read would cost too much.
+	checkCompressed := func(final bool) ([]byte, error) {
+		if !final && (r.lateUTF8 || r.skipUTF8 || msgOp != rawpeer.OpText || !bytes.HasSuffix(msg, tail)) {
+			return nil, nil
+		}
+		var dict []byte
+		if r.takeover {
+			dict = history
+		}
+		out, err := inflateSoFar(msg, dict, final)
+		if err != nil {
+			return nil, protoErr{1007}
+		}
+		if r.skipUTF8 || msgOp != rawpeer.OpText {
+			return out, nil
+		}
+		if n, ok := rawpeer.ScanUTF8(out); !ok || final && n != len(out) {
+			return nil, protoErr{1007}
+		}
+		return out, nil
+	}
 	checkUTF8 := func(chunk []byte, final bool) error {
 		if r.skipUTF8 || msgOp != rawpeer.OpText {
 			return nil
@@ -95,8 +155,9 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 				}
 			}
 			control := op >= 8
+			firstCompressed := r.deflate && rsv == rawpeer.Rsv1 && (op == 1 || op == 2)
 			switch {
-			case masked == client, rsv != 0:
+			case masked == client, rsv != 0 && !firstCompressed:
 				return protoErr{1002}
 			case op > 2 && op < 8, op > 10:
 				return protoErr{1002}
@@ -108,7 +169,7 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 				return protoErr{1009}
 			}
 			if op == 1 || op == 2 {
-				inMsg, msgOp, msg, pending = true, op, nil, nil
+				inMsg, msgOp, msg, pending, compressed = true, op, nil, nil, firstCompressed
 			}
 			// Read the payload as it arrives, validating each piece.
 			payload := make([]byte, 0, min(n, 1<<16))
@@ -118,7 +179,12 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 				for i := range k {
 					buf[i] ^= key[(len(payload)+i)&3]
 				}
-				if !control {
+				if !control && compressed {
+					msg = append(msg, buf[:k]...)
+					if _, err := checkCompressed(false); err != nil {
+						return err
+					}
+				} else if !control {
 					if err := checkUTF8(buf[:k], false); err != nil {
 						return err
 					}
@@ -154,11 +220,23 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 				}
 				return io.EOF
 			}
-			msg = append(msg, payload...)
+			if !compressed {
+				msg = append(msg, payload...)
+			}
 			if !fin {
 				return nil
 			}
-			if err := checkUTF8(nil, true); err != nil {
+			if compressed {
+				out, err := checkCompressed(true)
+				if err != nil {
+					return err
+				}
+				if r.takeover {
+					history = append(history, out...)
+					history = history[max(0, len(history)-32<<10):]
+				}
+				msg = out
+			} else if err := checkUTF8(nil, true); err != nil {
 				return err
 			}
 			inMsg = false
@@ -191,7 +269,11 @@ func startRefServer(t *testing.T, r refEcho) string {
 				return
 			}
 			wg.Go(func() {
-				p, _, err := rawpeer.AcceptServer(nc, nil, 10*time.Second)
+				var h http.Header
+				if r.deflate {
+					h = http.Header{"Sec-WebSocket-Extensions": {refDeflateAnswer}}
+				}
+				p, _, err := rawpeer.AcceptServer(nc, h, 10*time.Second)
 				if err == nil {
 					r.serve(p, false)
 				}
@@ -222,11 +304,17 @@ func refClient(r refEcho) func(ctx context.Context, addr string) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			p, _, err := rawpeer.DialClient(addr, "/runCase?case="+strconv.Itoa(i)+"&agent=ref", nil, 10*time.Second)
+			var offer http.Header
+			if r.deflate {
+				offer = http.Header{"Sec-WebSocket-Extensions": {"permessage-deflate"}}
+			}
+			p, resp, err := rawpeer.DialClient(addr, "/runCase?case="+strconv.Itoa(i)+"&agent=ref", offer, 10*time.Second)
 			if err != nil {
 				return err
 			}
-			r.serve(p, true)
+			rc := r
+			rc.takeover = r.deflate && !strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "server_no_context_takeover")
+			rc.serve(p, true)
 		}
 		p, _, err = rawpeer.DialClient(addr, "/updateReports?agent="+url.QueryEscape("ref"), nil, 10*time.Second)
 		if err != nil {

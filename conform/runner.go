@@ -25,8 +25,8 @@ type Case struct {
 	// Expectation says what the peer must do.
 	Expectation string
 
-	optIn bool     // only run when selected by name (sections 12 and 13)
-	pmd   *pmdCase // permessage-deflate negotiation, for sections 12 and 13
+	optIn bool     // only run when selected by name (sections 12, 13 and 106)
+	pmd   *pmdCase // permessage-deflate negotiation, for sections 12, 13 and 106
 	run   func(s *session)
 }
 

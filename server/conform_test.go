@@ -18,7 +18,8 @@ import (
 // case OK or INFORMATIONAL), with section 9 at small sizes.
 
 func conformOptions(agent string) *conform.Options {
-	// Every section, permessage-deflate's 12 and 13 included.
+	// Every section, permessage-deflate's 12, 13 and 106 (compressed text
+	// that must fail at its first bad byte) included.
 	return &conform.Options{Agent: agent, Scale: 1.0 / 64, Cases: []string{"*"}}
 }
 
@@ -69,6 +70,15 @@ func report(t *testing.T, rep *conform.Report) {
 	t.Logf("%+v", c)
 	if !rep.Passed() {
 		t.Fatalf("not strict: %s", strings.Join(rep.Failures(), "; "))
+	}
+	compressedUTF8 := 0
+	for _, r := range rep.Results {
+		if strings.HasPrefix(r.ID, "106.") {
+			compressedUTF8++
+		}
+	}
+	if compressedUTF8 == 0 {
+		t.Fatal("section 106 (compressed text failing fast) did not run")
 	}
 }
 
