@@ -7,7 +7,7 @@
 //
 //   listen  {deflate}          -> {server, port} an echo WebSocketServer on 127.0.0.1
 //   connect {url, deflate}     -> {conn}         a WebSocket client
-//   send    {conn, data, binary} -> {error}
+//   send    {conn, data, binary, parts} -> {error}  parts > 1: one message in that many fragments
 //   close   {conn}             -> {}
 //
 // deflate is ws's perMessageDeflate option object (serverNoContextTakeover,
@@ -81,9 +81,17 @@ const commands = {
   },
   async send(cmd) {
     const ws = conns.get(cmd.conn);
-    const err = await new Promise((resolve) => {
-      ws.send(Buffer.from(cmd.data, "hex"), { binary: cmd.binary }, (e) => resolve(e ? e.message : ""));
-    });
+    const data = Buffer.from(cmd.data, "hex");
+    const parts = Math.max(cmd.parts ?? 1, 1);
+    const size = Math.ceil(data.length / parts);
+    let err = "";
+    for (let i = 0; i < parts && !err; i++) {
+      const piece = data.subarray(i * size, Math.min((i + 1) * size, data.length));
+      const fin = i === parts - 1;
+      err = await new Promise((resolve) => {
+        ws.send(piece, { binary: cmd.binary, fin, compress: true }, (e) => resolve(e ? e.message : ""));
+      });
+    }
     return { error: err };
   },
   async close(cmd) {
