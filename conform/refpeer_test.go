@@ -25,6 +25,7 @@ type refEcho struct {
 	lateUTF8     bool // validate UTF-8 only once a message is complete
 	blindClose   bool // echo any close body back, valid or not
 	wrongMasking bool // mask as the other side would
+	lastPongOnly bool // answer only the last ping of what arrived together
 }
 
 type protoErr struct{ code uint16 }
@@ -130,6 +131,9 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 			}
 			switch op {
 			case 9:
+				if r.lastPongOnly && p.Buffered() > 0 {
+					return nil // a later ping supersedes this one
+				}
 				return send(rawpeer.Pong(payload))
 			case 10:
 				return nil
