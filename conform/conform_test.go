@@ -120,6 +120,18 @@ func TestPeerThatMasksTheWrongWayFailsEveryCaseWithAnAnswer(t *testing.T) {
 	})
 }
 
+func TestPeerThatAnswersOnlyTheLastOfPingsArrivingTogetherFails210(t *testing.T) {
+	o := quick()
+	o.Cases = []string{"2.10"}
+	roles(t, refEcho{lastPongOnly: true}, o, func(t *testing.T, rep *Report) {
+		for _, r := range rep.Results {
+			if r.Verdict != Failed || !strings.Contains(strings.Join(r.BehaviorNotes, " "), "want the 10 in order") {
+				t.Errorf("%s got %s %v, want FAILED for missing pongs", r.ID, r.Verdict, r.BehaviorNotes)
+			}
+		}
+	})
+}
+
 // knownNpmWs checks the verdicts npm ws is known to get: OK apart from
 // NON-STRICT in 6.4.x (it validates UTF-8 once the message is complete) and
 // INFORMATIONAL where the case only records.

@@ -38,6 +38,8 @@ type refEcho struct {
 	// takeover: the peer keeps its compression context between messages
 	// (set per connection from the negotiation).
 	takeover bool
+	// lastPongOnly: answer only the last ping of what arrived together.
+	lastPongOnly bool
 }
 
 // refDeflateAnswer is the reference server's answer to any
@@ -196,6 +198,9 @@ func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 			}
 			switch op {
 			case 9:
+				if r.lastPongOnly && p.Buffered() > 0 {
+					return nil // a later ping supersedes this one
+				}
 				return send(rawpeer.Pong(payload))
 			case 10:
 				return nil
