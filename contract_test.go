@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -751,22 +750,11 @@ func TestDrainIsNotLostWhenTheQueueEmptiesAsACallbackEnds(t *testing.T) {
 // slogTo is a logger writing text lines to w.
 func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
-// knownBroken skips a test of a promise the engine does not keep yet,
-// unless RALLY_KNOWN_BROKEN=1 asks to run it (to see it fail, or to check a
-// fix): the build stays green while the test waits for the fix it proves.
-func knownBroken(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("RALLY_KNOWN_BROKEN") != "1" {
-		t.Skip("known broken, " + why + " (RALLY_KNOWN_BROKEN=1 runs it)")
-	}
-}
-
 // Found by the model-based test: with context takeover the compressor's
 // history must follow the wire order. A Send held while a Writer streams
 // leaves after the Writer's message, so it must not be compressed before
 // it.
 func TestSendHeldBehindAWriterIsCompressedInWireOrder(t *testing.T) {
-	knownBroken(t, "#12: a Send held behind a Writer is compressed before the Writer's message and sent after it")
 	c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{Threshold: -1}}, "permessage-deflate")
 	streamed, held := jsonish(1, 200), jsonish(1, 32) // alike: each refers to the other
 	w, err := c.Writer(ctxT(t), rally.Text)
@@ -817,7 +805,6 @@ func TestSendHeldBehindAWriterIsCompressedInWireOrder(t *testing.T) {
 // client's SendDone returned Dropped with the error and its completion
 // reported the same failure (TestSendDoneReportsAFailureOnce is a server).
 func TestClientSendDoneReportsAFailureOnce(t *testing.T) {
-	knownBroken(t, "#12: after a reset a client's SendDone returns the error and also calls its completion with it")
 	for _, overTLS := range []bool{false, true} {
 		name := "TCP"
 		if overTLS {

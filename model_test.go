@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -49,12 +48,6 @@ import (
 //
 // Sequences are seeded and replayable: a failure prints the rapid seed and
 // the shortest sequence rapid found. -long runs many more of them.
-
-// runBroken says whether the model also holds the engine to the promises
-// it is known to break (issue #12), as knownBroken does for whole tests:
-// otherwise those properties are not checked, or the sequences that break
-// them not drawn.
-var runBroken = os.Getenv("RALLY_KNOWN_BROKEN") == "1"
 
 // modelSocketBuffer is the socket buffer of both ends, small so that a few
 // dozen KiB make backpressure.
@@ -718,18 +711,7 @@ func (m *model) sendFate(st rally.SendStatus, err error, wasEnded bool) fate {
 	return mustArrive
 }
 
-// holdSafe skips a send while a Writer is open on a connection that
-// compresses with context takeover: the held send is compressed before the
-// Writer's message but leaves after it, so the peer cannot inflate the
-// Writer's message (#12, found by this model).
-func (m *model) holdSafe(t *rapid.T) {
-	if m.writer != nil && m.cfg.takeover && !runBroken {
-		t.Skip("#12: a send held behind a Writer is compressed before the Writer's message and sent after it")
-	}
-}
-
 func (m *model) send(t *rapid.T) {
-	m.holdSafe(t)
 	msg := m.newMessage("Send", drawType(t), drawSize(t, "size"))
 	wasEnded := m.ended()
 	st, err := m.c.Send(msg.typ, msg.payload)
@@ -740,7 +722,6 @@ func (m *model) send(t *rapid.T) {
 // sendBurst sends several messages in a row, as a publisher does: the
 // quickest way to backpressure.
 func (m *model) sendBurst(t *rapid.T) {
-	m.holdSafe(t)
 	n := rapid.IntRange(2, 24).Draw(t, "burst")
 	size := rapid.IntRange(0, 16<<10).Draw(t, "burstSize")
 	for range n {
@@ -753,7 +734,6 @@ func (m *model) sendBurst(t *rapid.T) {
 }
 
 func (m *model) sendDone(t *rapid.T) {
-	m.holdSafe(t)
 	msg := m.newMessage("SendDone", drawType(t), drawSize(t, "size"))
 	comp := &completion{}
 	m.completions[msg.id] = comp
@@ -765,15 +745,14 @@ func (m *model) sendDone(t *rapid.T) {
 	comp.dropped = st == rally.Dropped
 	msg.result = fmt.Sprint(st, ", ", err)
 	msg.fate = m.sendFate(st, err, wasEnded)
-	// #12: after a reset a client's SendDone can return the error and its
-	// completion report it too.
-	if err != nil && comp.calls.Load() > 0 && (m.cfg.server || runBroken) {
+	// A failure is reported once: by SendDone's result or by its
+	// completion, never both.
+	if err != nil && comp.calls.Load() > 0 {
 		t.Errorf("SendDone returned %v, %v and its completion also reported %v", st, err, comp.err.Load())
 	}
 }
 
 func (m *model) sendPrepared(t *rapid.T) {
-	m.holdSafe(t)
 	msg := m.newMessage("SendPrepared", drawType(t), drawSize(t, "size"))
 	pm, err := rally.NewPreparedMessage(msg.typ, msg.payload)
 	if err != nil {
@@ -1319,7 +1298,7 @@ func (m *model) checkCompletions() {
 		}
 		n := comp.calls.Load()
 		switch {
-		case comp.dropped && n != 0 && (m.cfg.server || runBroken): // as in sendDone
+		case comp.dropped && n != 0: // as in sendDone
 			m.t.Fatalf("the completion of message %d ran %d times though SendDone returned %s", msg.id, n, msg.result)
 		case !comp.dropped && n != 1:
 			m.t.Fatalf("the completion of message %d (SendDone returned %s) ran %d times, want once", msg.id, msg.result, n)
