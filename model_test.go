@@ -57,12 +57,12 @@ const modelSocketBuffer = 16 << 10
 // -rapid.checks says otherwise.
 func modelChecks() int {
 	if rally.LongTests() {
-		return 500
+		return 2500
 	}
 	if testing.Short() {
 		return 100 // rapid divides by 5 under -short
 	}
-	return 80
+	return 300 // 2,400 sequences over the 8 configurations
 }
 
 type modelConfig struct {
