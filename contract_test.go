@@ -6,12 +6,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -416,15 +413,23 @@ func TestSendDoneReportsAFailureOnce(t *testing.T) {
 	}
 	tc.SetLinger(0) // closing sends a reset
 	p.Close()
-	type call struct {
-		st    rally.SendStatus
-		err   error
-		dones atomic.Int32
-		last  atomic.Value
-	}
-	var calls []*call
-	for i := range 100 {
-		k := &call{}
+	checkReportedOnce(t, c, sendDoneUntilDropped(c, 100))
+}
+
+// sendCall is one SendDone and what became of it.
+type sendCall struct {
+	st    rally.SendStatus
+	err   error
+	dones atomic.Int32
+	last  atomic.Value
+}
+
+// sendDoneUntilDropped sends up to n messages with SendDone, stopping at
+// the first that is dropped.
+func sendDoneUntilDropped(c *rally.Conn, n int) []*sendCall {
+	var calls []*sendCall
+	for i := range n {
+		k := &sendCall{}
 		calls = append(calls, k)
 		k.st, k.err = c.SendDone(rally.Binary, []byte(fmt.Sprint("message ", i)), func(err error) {
 			k.dones.Add(1)
@@ -434,369 +439,26 @@ func TestSendDoneReportsAFailureOnce(t *testing.T) {
 			break
 		}
 	}
+	return calls
+}
+
+// checkReportedOnce waits for c to end and checks that every send's fate
+// was reported once: a dropped one by SendDone's result alone, any other
+// by exactly one completion.
+func checkReportedOnce(t *testing.T, c *rally.Conn, calls []*sendCall) {
+	t.Helper()
 	waitDone(t, c)
 	for i, k := range calls {
+		deadline := time.Now().Add(wireTimeout)
+		for k.st != rally.Dropped && k.dones.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // a completion run by the flusher may come a moment after Done
+		}
 		n := k.dones.Load()
 		switch {
 		case k.st == rally.Dropped && n != 0:
 			t.Errorf("SendDone %d returned %v, %v and its completion also reported %v", i, k.st, k.err, k.last.Load())
 		case k.st != rally.Dropped && n != 1:
 			t.Errorf("SendDone %d returned %v, %v and its completion ran %d times", i, k.st, k.err, n)
-		}
-	}
-}
-
-func TestFramesHeldDuringWriterCountInBufferedAmountAndLimit(t *testing.T) {
-	drains := newDrainCounter()
-	c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: 1 << 20, OnDrain: drains.onDrain}})
-	w, err := c.Writer(ctxT(t), rally.Binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	part := bytes.Repeat([]byte{'w'}, 40<<10)
-	if _, err := w.Write(part); err != nil {
-		t.Fatal(err)
-	}
-	const size = 1 << 20
-	frame := size + 10 // a server's frame: 2 bytes of header and 8 of length
-	var statuses []string
-	accepted := 0
-	for i := range 20 {
-		st, err := c.Send(rally.Binary, bytes.Repeat([]byte{byte(i)}, size))
-		statuses = append(statuses, st.String())
-		if err != nil {
-			t.Fatalf("Send %d: %v", i, err)
-		}
-		if st != rally.Dropped {
-			accepted++
-		}
-	}
-	if got := c.BufferedAmount(); got != accepted*frame {
-		t.Errorf("BufferedAmount %d with %d frames of %d bytes accepted while a Writer streams; statuses %v", got, accepted, frame, statuses)
-	}
-	if accepted == 20 {
-		t.Errorf("all 20 Sends of 1 MiB accepted past a BufferLimit of 1 MiB while a Writer streams")
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	readData(t, p, "the Writer's fragment", rawpeer.OpBinary, false, part)
-	readData(t, p, "the Writer's last fragment", rawpeer.OpContinuation, true, []byte{})
-	for i, st := range statuses {
-		if st != "dropped" {
-			readData(t, p, fmt.Sprint("Send ", i), rawpeer.OpBinary, true, bytes.Repeat([]byte{byte(i)}, size))
-		}
-	}
-	drains.waitFor(t, 1)
-}
-
-func TestPanicInOnDrainSendDoneOnCloseIsRecovered(t *testing.T) {
-	// Queued sends to a peer that reads only once they are queued, so that
-	// the callback runs where rally runs it (the flusher).
-	queue := func(t *testing.T, c *rally.Conn, done func(error)) {
-		t.Helper()
-		for i := 0; ; i++ {
-			st, err := c.SendDone(rally.Binary, bytes.Repeat([]byte{'x'}, 16<<10), done)
-			if err != nil || st == rally.Dropped {
-				t.Fatalf("setup: Send %d: %v, %v", i, st, err)
-			}
-			if st == rally.Queued {
-				return
-			}
-		}
-	}
-	expect1011 := func(t *testing.T, p *rawpeer.Peer, log *syncBuffer) {
-		t.Helper()
-		p.ExpectClose(t, rally.CloseInternalError)
-		if !strings.Contains(log.String(), "panic") {
-			t.Errorf("the recovered panic was not logged: %q", log.String())
-		}
-	}
-	t.Run("OnDrain", func(t *testing.T) {
-		log := &syncBuffer{}
-		c, p := acceptStalled(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
-			Logger:  slogTo(log),
-			OnDrain: func(*rally.Conn) { panic("boom in OnDrain") },
-		}}, nil)
-		queue(t, c, nil)
-		expect1011(t, p, log)
-	})
-	t.Run("SendDone", func(t *testing.T) {
-		log := &syncBuffer{}
-		c, p := acceptStalled(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{Logger: slogTo(log)}}, nil)
-		// Only the completion of the queued frame panics: rally runs it
-		// once the peer reads, off the caller's goroutine.
-		var armed atomic.Bool
-		var once sync.Once
-		queue(t, c, func(error) {
-			if armed.Load() {
-				once.Do(func() { panic("boom in a SendDone completion") })
-			}
-		})
-		armed.Store(true)
-		expect1011(t, p, log)
-	})
-	t.Run("OnClose", func(t *testing.T) {
-		log := &syncBuffer{}
-		c, _ := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{Logger: slogTo(log)}})
-		c.OnClose(func(*rally.CloseError) { panic("boom in OnClose") })
-		func() {
-			defer func() {
-				if v := recover(); v != nil {
-					t.Errorf("the panic in OnClose reached CloseNow's caller: %v", v)
-				}
-			}()
-			c.CloseNow()
-		}()
-		if !strings.Contains(log.String(), "panic") {
-			t.Errorf("the recovered panic was not logged: %q", log.String())
-		}
-	})
-}
-
-// Over TLS served through rally.NewTLSListener (rally's own socket beneath
-// crypto/tls), sends keep contract 6.
-func TestTLSSendsReportSentWhenKernelTakesThem(t *testing.T) {
-	conns := make(chan *rally.Conn, 1)
-	drains := newDrainCounter()
-	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, err := rally.Accept(w, r, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{OnDrain: drains.onDrain}}); err == nil {
-			conns <- c
-		}
-	}))
-	ts.Listener = rally.NewTLSListener(ts.Listener, tlsServerConfig(t))
-	ts.Start()
-	t.Cleanup(ts.Close)
-	p := dialTLSPeer(t, ts.Listener.Addr().String())
-	var c *rally.Conn
-	select {
-	case c = <-conns:
-		t.Cleanup(func() { c.CloseNow() })
-	case <-time.After(wireTimeout):
-		t.Fatal("Accept did not return a connection")
-	}
-	counts := map[rally.SendStatus]int{}
-	for i := range 50 {
-		st, err := c.Send(rally.Text, []byte(fmt.Sprint("tiny ", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts[st]++
-		readData(t, p, fmt.Sprint("message ", i), rawpeer.OpText, true, []byte(fmt.Sprint("tiny ", i)))
-	}
-	if counts[rally.Sent] != 50 {
-		t.Errorf("50 tiny Sends over TLS to a peer that reads each at once: %d sent, %d queued, %d dropped; want 50 sent",
-			counts[rally.Sent], counts[rally.Queued], counts[rally.Dropped])
-	}
-	c.CloseNow()
-	waitDone(t, c)
-	if n := drains.n.Load(); n != 0 {
-		t.Errorf("OnDrain called %d times, though no Send was queued under backpressure", n)
-	}
-}
-
-// dialTLSPeer connects a raw client peer over TLS (any certificate) to
-// addr, handshake done.
-func dialTLSPeer(t *testing.T, addr string) *rawpeer.Peer {
-	t.Helper()
-	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: wireTimeout}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := rawpeer.NewPeer(tc, true)
-	t.Cleanup(func() { p.Close() })
-	p.SetTimeout(wireTimeout)
-	key := rawpeer.NewKey()
-	if err := p.WriteRaw(rawpeer.HandshakeRequest(addr, "/", key, nil)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.ReadResponse(key); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// tenPings is Autobahn 2.10: ten pings with payloads payload-0 to
-// payload-9 in one write, so that they arrive in one read batch.
-func tenPings(t *testing.T, p *rawpeer.Peer) {
-	t.Helper()
-	var batch []byte
-	for k := range 10 {
-		batch = append(batch, rawpeer.Build(rawpeer.Frame{Fin: true, Opcode: rawpeer.OpPing, Masked: true,
-			Mask: [4]byte{1, 2, 3, 4}, Payload: fmt.Appendf(nil, "payload-%d", k)})...)
-	}
-	if err := p.WriteRaw(batch); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for len(got) < 10 {
-		f, err := p.ReadFrame()
-		if err != nil {
-			t.Fatalf("after pongs %q: %v", got, err)
-		}
-		if f.Opcode != rawpeer.OpPong {
-			t.Fatalf("after pongs %q: got %s", got, describe(f))
-		}
-		got = append(got, string(f.Payload))
-		if string(f.Payload) == "payload-9" {
-			break
-		}
-	}
-	for k := range 10 {
-		if k >= len(got) || got[k] != fmt.Sprintf("payload-%d", k) {
-			t.Fatalf("ten pings in one batch got pongs %q; want one per ping, in order", got)
-		}
-	}
-}
-
-func TestTenPingsInOneBatchGetTenPongs(t *testing.T) {
-	t.Run("Read", func(t *testing.T) {
-		c, p := acceptConn(t, nil)
-		readInBackground(c)
-		tenPings(t, p)
-	})
-	t.Run("Server", func(t *testing.T) {
-		p := dialPeer(t, serve(t, &rally.Server{}))
-		tenPings(t, p)
-	})
-}
-
-func TestSendDoneCompletionMayCallWriteOrClose(t *testing.T) {
-	t.Run("Write", func(t *testing.T) {
-		c, p := acceptStalled(t, nil, nil)
-		wrote := make(chan error, 1)
-		var once sync.Once
-		done := func(error) {
-			once.Do(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), wireTimeout)
-				defer cancel()
-				wrote <- c.Write(ctx, rally.Text, []byte("from the completion"))
-			})
-		}
-		st, err := c.SendDone(rally.Binary, bytes.Repeat([]byte{'x'}, 512<<10), done)
-		if st != rally.Queued {
-			t.Fatalf("setup: a 512 KiB Send to a peer that does not read got %v, %v; want queued", st, err)
-		}
-		readData(t, p, "the queued Send", rawpeer.OpBinary, true, bytes.Repeat([]byte{'x'}, 512<<10))
-		readData(t, p, "the completion's Write", rawpeer.OpText, true, []byte("from the completion"))
-		select {
-		case err := <-wrote:
-			if err != nil {
-				t.Errorf("Write from a SendDone completion: %v", err)
-			}
-		case <-time.After(2 * wireTimeout):
-			t.Fatal("Write from a SendDone completion did not return")
-		}
-	})
-	t.Run("Close", func(t *testing.T) {
-		c, p := acceptStalled(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{CloseTimeout: 2 * time.Second}}, nil)
-		closed := make(chan error, 1)
-		var once sync.Once
-		done := func(error) { once.Do(func() { closed <- c.Close(rally.CloseNormal, "from the completion") }) }
-		st, err := c.SendDone(rally.Binary, bytes.Repeat([]byte{'x'}, 512<<10), done)
-		if st != rally.Queued {
-			t.Fatalf("setup: a 512 KiB Send to a peer that does not read got %v, %v; want queued", st, err)
-		}
-		readData(t, p, "the queued Send", rawpeer.OpBinary, true, bytes.Repeat([]byte{'x'}, 512<<10))
-		p.ExpectClose(t, rally.CloseNormal)
-		if err := p.WriteFrame(rawpeer.Close(rally.CloseNormal, "")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Errorf("Close from a SendDone completion, answered by the peer at once: %v", err)
-			}
-		case <-time.After(2 * wireTimeout):
-			t.Fatal("Close from a SendDone completion did not return")
-		}
-	})
-}
-
-// A Server's OnDrain comes from the goroutine that emptied the queue; if a
-// callback runs then, the reader runs OnDrain after it. A drain that came
-// due just as a callback ended must still run: the peer keeps the reader
-// busy with small messages while it reads what was queued.
-func TestDrainIsNotLostWhenTheQueueEmptiesAsACallbackEnds(t *testing.T) {
-	const rounds, size = 40, 32 << 10
-	drains := &drainCounter{each: make(chan struct{}, rounds+1)} // never blocks OnDrain
-	c, p, _ := servedStalled(t, &rally.Server{
-		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: -1}},
-		Drain:   drains.onDrain,
-	})
-	for round := range rounds {
-		// Sends until one is queued, and a few more behind it.
-		n, queued := 0, 0
-		for queued < 8 {
-			st, err := c.Send(rally.Binary, bytes.Repeat([]byte{'d'}, size))
-			if err != nil || st == rally.Dropped {
-				t.Fatalf("round %d: Send %d: %v, %v", round, n, st, err)
-			}
-			if st == rally.Queued {
-				queued++
-			}
-			n++
-		}
-		for i := range n {
-			readData(t, p, fmt.Sprintf("round %d message %d", round, i), rawpeer.OpBinary, true, bytes.Repeat([]byte{'d'}, size))
-			if err := p.WriteFrame(rawpeer.Text("tick")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		drains.waitFor(t, int32(round+1))
-	}
-}
-
-// slogTo is a logger writing text lines to w.
-func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
-
-// Found by the model-based test: with context takeover the compressor's
-// history must follow the wire order. A Send held while a Writer streams
-// leaves after the Writer's message, so it must not be compressed before
-// it.
-func TestSendHeldBehindAWriterIsCompressedInWireOrder(t *testing.T) {
-	c, p := acceptDeflate(t, &rally.AcceptOptions{Compression: &rally.CompressionOptions{Threshold: -1}}, "permessage-deflate")
-	streamed, held := jsonish(1, 200), jsonish(1, 32) // alike: each refers to the other
-	w, err := c.Writer(ctxT(t), rally.Text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := c.Send(rally.Text, held); st != rally.Queued || err != nil {
-		t.Fatalf("Send while a Writer streams = %v, %v; want queued", st, err)
-	}
-	if _, err := w.Write(streamed); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	in := &oracleInflater{takeover: true}
-	for _, want := range []struct {
-		what string
-		p    []byte
-	}{{"the Writer's message", streamed}, {"the held Send", held}} {
-		var msg []byte
-		compressed := false
-		for {
-			f, err := p.ReadFrame()
-			if err != nil {
-				t.Fatalf("reading %s: %v", want.what, err)
-			}
-			if f.Opcode != rawpeer.OpContinuation {
-				compressed = f.Rsv&rawpeer.Rsv1 != 0
-			}
-			msg = append(msg, f.Payload...)
-			if f.Fin {
-				break
-			}
-		}
-		if compressed {
-			if msg, err = in.inflate(msg); err != nil {
-				t.Fatalf("%s does not inflate after the messages before it: %v", want.what, err)
-			}
-		}
-		if !bytes.Equal(msg, want.p) {
-			t.Fatalf("%s inflates to %d bytes %.20q, want %d bytes %.20q", want.what, len(msg), msg, len(want.p), want.p)
 		}
 	}
 }
@@ -850,36 +512,5 @@ func clientSendDoneAfterReset(t *testing.T, overTLS bool) {
 	}
 	tcpOf(p.NetConn()).SetLinger(0) // closing sends a reset
 	p.Close()
-	type call struct {
-		st    rally.SendStatus
-		err   error
-		dones atomic.Int32
-		last  atomic.Value
-	}
-	var calls []*call
-	for i := range 200 {
-		k := &call{}
-		calls = append(calls, k)
-		k.st, k.err = c.SendDone(rally.Binary, []byte(fmt.Sprint("message ", i)), func(err error) {
-			k.dones.Add(1)
-			k.last.Store(fmt.Sprint(err))
-		})
-		if k.st == rally.Dropped {
-			break
-		}
-	}
-	waitDone(t, c)
-	for i, k := range calls {
-		deadline := time.Now().Add(wireTimeout)
-		for k.st != rally.Dropped && k.dones.Load() == 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond) // a completion may come a moment after Done
-		}
-		n := k.dones.Load()
-		switch {
-		case k.st == rally.Dropped && n != 0:
-			t.Errorf("SendDone %d returned %v, %v and its completion also reported %v", i, k.st, k.err, k.last.Load())
-		case k.st != rally.Dropped && n != 1:
-			t.Errorf("SendDone %d returned %v, %v and its completion ran %d times", i, k.st, k.err, n)
-		}
-	}
+	checkReportedOnce(t, c, sendDoneUntilDropped(c, 200))
 }
