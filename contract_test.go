@@ -514,3 +514,76 @@ func clientSendDoneAfterReset(t *testing.T, overTLS bool) {
 	p.Close()
 	checkReportedOnce(t, c, sendDoneUntilDropped(c, 200))
 }
+
+// Found while reproducing a hang the model met over TLS: CloseNow on a TLS
+// client whose peer does not read waits for the socket to take bytes that
+// will never be read (its close sends on the socket a blocked flush
+// holds). The issue suspected up to 5 s; here it waits until the peer goes.
+func TestCloseNowOverTLSReturnsWhileThePeerDoesNotRead(t *testing.T) {
+	knownBroken(t, "#12: CloseNow over TLS waits for a full socket")
+	ln := listen(t)
+	peers := make(chan *rawpeer.Peer, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			peers <- nil
+			return
+		}
+		nc.(*net.TCPConn).SetReadBuffer(testSocketBuffer)
+		p, _, err := rawpeer.AcceptServer(tls.Server(nc, modelTLS()), nil, wireTimeout)
+		if err != nil {
+			p = nil
+		}
+		peers <- p
+	}()
+	var d net.Dialer
+	c, _, err := rally.Dial(ctxT(t), "wss://"+ln.Addr().String()+"/", &rally.DialOptions{
+		TLSConfig: &tls.Config{InsecureSkipVerify: true},
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				nc.(*net.TCPConn).SetWriteBuffer(testSocketBuffer)
+			}
+			return nc, err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := <-peers
+	if p == nil {
+		t.Fatal("raw TLS server handshake failed")
+	}
+	defer p.Close() // lets a stuck CloseNow go, so that the test ends
+	readInBackground(c)
+	// Fill the queue to its limit, then a Write whose context ends while
+	// it waits: the socket is full and a blocking flush holds it.
+	for i := 0; ; i++ {
+		st, err := c.Send(rally.Binary, bytes.Repeat([]byte{'x'}, 8000))
+		if err != nil {
+			t.Fatalf("setup: Send %d: %v, %v", i, st, err)
+		}
+		if st == rally.Dropped {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+	defer cancel()
+	if err := c.Write(ctx, rally.Text, []byte("late")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("setup: Write behind a full queue with a 2 ms context: %v", err)
+	}
+	// A ping the reader answers: the pong joins the full queue.
+	if err := p.WriteFrame(rawpeer.Ping([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.CloseNow() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("CloseNow: %v", err)
+		}
+	case <-time.After(wireTimeout):
+		t.Errorf("CloseNow over TLS did not return while the peer did not read (BufferedAmount %d)", c.BufferedAmount())
+	}
+}
