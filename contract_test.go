@@ -516,11 +516,10 @@ func clientSendDoneAfterReset(t *testing.T, overTLS bool) {
 }
 
 // Found while reproducing a hang the model met over TLS: CloseNow on a TLS
-// client whose peer does not read waits for the socket to take bytes that
-// will never be read (its close sends on the socket a blocked flush
-// holds). The issue suspected up to 5 s; here it waits until the peer goes.
+// client whose peer does not read waited for the socket to take bytes that
+// would never be read (its close flushed on the socket a blocked flush
+// held). The issue suspected up to 5 s; it waited until the peer went.
 func TestCloseNowOverTLSReturnsWhileThePeerDoesNotRead(t *testing.T) {
-	knownBroken(t, "#12: CloseNow over TLS waits for a full socket")
 	ln := listen(t)
 	peers := make(chan *rawpeer.Peer, 1)
 	go func() {
