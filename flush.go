@@ -53,7 +53,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		}
 		c.wr.taken += uint64(n)
 		q.ahead = c.t.aheadOfKernel()
-		q.blocked = true
+		q.blocked = c.t.canTry()
 		if !inline {
 			c.startFlusher()
 		}
@@ -100,7 +100,7 @@ func (c *Conn) kickLocked(inline bool) {
 		}
 		if n == 0 {
 			c.advanceLocked(0)
-			q.blocked = true
+			q.blocked = c.t.canTry()
 			if !inline {
 				c.startFlusher()
 			}
@@ -223,7 +223,7 @@ func (c *Conn) flushStep() bool {
 			return true
 		}
 		if n == 0 {
-			q.blocked = true
+			q.blocked = c.t.canTry()
 			return false
 		}
 		c.advanceLocked(n)

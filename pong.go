@@ -40,7 +40,7 @@ func (c *Conn) sendPong(payload []byte) {
 		}
 		q.pushTaken(k, f[k:], nil, true, true, nil)
 		q.ahead = c.t.aheadOfKernel()
-		q.blocked = true
+		q.blocked = c.t.canTry()
 		c.startFlusher()
 		return
 	}

@@ -30,8 +30,10 @@ import (
 //     their pings' order), carry no sequence number and so never move
 //     doneSeq past data still waiting.
 //  4. An unsent pong is replaced by a newer one (RFC 6455 5.5.3) only while
-//     the queue is blocked (the transport refused bytes since the queue was
-//     last empty), never because the bytes are merely corked.
+//     the queue is blocked (the kernel refused bytes since the queue was
+//     last empty), never because the bytes are merely corked, nor because
+//     a transport cannot offer bytes without blocking (a stream: there every
+//     ping is answered).
 //  5. Nothing after the close frame: once closed is set, push and hold
 //     refuse.
 //  6. While a message is streamed (streaming), whole frames sent meanwhile

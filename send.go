@@ -92,7 +92,9 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	// The limit is on bytes waiting for the peer (backpressure) or for a
 	// streamed message to end; bytes merely gathered by a cork do not
 	// count against it.
-	if waiting := q.size(); waiting > 0 && (q.blocked || q.streaming) && c.overLimit(waiting+size) {
+	// (On a transport that cannot try a write, everything waiting counts.)
+	backlog := q.blocked || q.streaming || !c.t.canTry()
+	if waiting := q.size(); waiting > 0 && backlog && c.overLimit(waiting+size) {
 		code := c.limitExceededLocked()
 		c.unlockWrite()
 		if code != 0 {
@@ -100,7 +102,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		}
 		return Dropped, nil
 	}
-	if b := c.opts.MemoryBudget; b != nil && (q.blocked || q.streaming) {
+	if b := c.opts.MemoryBudget; b != nil && backlog {
 		// It would wait in the queue: there must be room for it.
 		if !b.charge(MemorySendQueues, int64(size)) {
 			code := c.limitExceededLocked()
@@ -134,7 +136,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	case err != nil:
 		status = Dropped
 	case q.doneSeq >= seq:
-	case corked && !q.blocked:
+	case corked && !q.blocked && c.t.canTry():
 		// Gathered by the sender's own cork: it leaves when the cork ends.
 	default:
 		status = Queued

@@ -351,6 +351,8 @@ func (t *tlsTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { retu
 
 func (t *tlsTransport) writeNow([]byte) (int, error) { return 0, nil }
 
+func (t *tlsTransport) canTry() bool { return true }
+
 // resumable: crypto/tls never saw the deadline (the socket's Write does not
 // fail), so a cut wait leaves the stream whole.
 func (t *tlsTransport) resumable() bool { return true }

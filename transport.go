@@ -43,6 +43,11 @@ type transport interface {
 	// leaves the stream intact when resumable reports true.
 	write(p []byte) (int, error)
 
+	// canTry reports whether tryWrite really offers bytes to the kernel: a
+	// transport that cannot write without possibly blocking takes nothing
+	// from it, which says nothing of backpressure.
+	canTry() bool
+
 	// resumable reports whether a write cut short by a deadline can be
 	// resumed later (a socket: each system call is whole) or has left the
 	// stream in an unknown state (TLS latches the error).
@@ -185,6 +190,8 @@ func (t *socketTransport) doWait(fd uintptr) bool {
 
 func (t *socketTransport) resumable() bool { return true }
 
+func (t *socketTransport) canTry() bool { return true }
+
 func (t *socketTransport) aheadOfKernel() int { return 0 }
 
 func (t *socketTransport) flushBacklog() {}
@@ -245,6 +252,8 @@ func (t *streamTransport) tryWrite(a, b []byte) (int, error) { return 0, nil }
 func (t *streamTransport) write(p []byte) (int, error) { return t.nc.Write(p) }
 
 func (t *streamTransport) resumable() bool { return false }
+
+func (t *streamTransport) canTry() bool { return false }
 
 func (t *streamTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
 
