@@ -18,11 +18,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/h2env"
 	"github.com/rallyws/rally/internal/testcert"
 )
 
@@ -32,17 +32,7 @@ import (
 // started on purpose without it.
 const h2OffEnv = "RALLY_TEST_H2_OFF"
 
-func init() {
-	if rally.CheckHTTP2() == nil || os.Getenv(h2OffEnv) != "" {
-		return
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return
-	}
-	env := append(os.Environ(), "GODEBUG="+strings.TrimPrefix(os.Getenv("GODEBUG")+",http2xconnect=1", ","))
-	syscall.Exec(exe, os.Args, env)
-}
+func init() { h2env.Reexec(h2OffEnv) }
 
 func requireH2(t *testing.T) {
 	t.Helper()

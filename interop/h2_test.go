@@ -12,16 +12,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/h2env"
 	"github.com/rallyws/rally/internal/testcert"
 	"github.com/rallyws/rally/server"
 )
@@ -33,17 +32,7 @@ import (
 // rally's servers accept extended CONNECT only when the process starts
 // with GODEBUG=http2xconnect=1, so the test binary re-executes itself with
 // it (as `rally serve` does).
-func init() {
-	if rally.CheckHTTP2() == nil || os.Getenv("RALLY_TEST_REEXECUTED") != "" {
-		return
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return
-	}
-	godebug := strings.TrimPrefix(os.Getenv("GODEBUG")+",http2xconnect=1", ",")
-	syscall.Exec(exe, os.Args, append(os.Environ(), "GODEBUG="+godebug, "RALLY_TEST_REEXECUTED=1"))
-}
+func init() { h2env.Reexec("") }
 
 // h2CA is a CA and a certificate it signed for 127.0.0.1, in memory and
 // as PEM files for node.

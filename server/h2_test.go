@@ -8,32 +8,21 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/conform"
+	"github.com/rallyws/rally/internal/h2env"
 )
 
 // The servers of these tests accept WebSockets over HTTP/2 only when the
 // test binary starts with GODEBUG=http2xconnect=1: it re-executes itself
 // with it, as `rally serve` does.
-func init() {
-	if rally.CheckHTTP2() == nil || os.Getenv("RALLY_TEST_REEXECUTED") != "" {
-		return
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return
-	}
-	godebug := strings.TrimPrefix(os.Getenv("GODEBUG")+",http2xconnect=1", ",")
-	syscall.Exec(exe, os.Args, append(os.Environ(), "GODEBUG="+godebug, "RALLY_TEST_REEXECUTED=1"))
-}
+func init() { h2env.Reexec("") }
 
 // The conformance suite against rally serve's /echo with every case on a
 // stream of one HTTP/2 connection (h2c): the same verdicts as over
