@@ -27,10 +27,14 @@ var errAgain = errors.New("rally: would block")
 //     cannot write without possibly blocking, so sends are queued and
 //     written by a flushing goroutine; reads block in Read.
 //
-// Lock order: a connection's write lock is taken before a transport's
-// internal locks (the socket's write lock inside RawConn.Write), never
-// after: tryWrite runs under the write lock; wait runs without it, on bytes
-// the queue keeps still for it (sendQueue invariant 8).
+// Lock order: tryWrite runs under the connection's write lock and takes
+// the socket's write lock inside RawConn.Write; flushQueue takes them the
+// other way round (the write lock inside the socket's callback, so that a
+// pong can go in between queued frames while it waits). That is safe
+// because only one of them runs at a time: tryWrite is called only while
+// no flusher runs (writeSide.flushing, checked under the write lock). A
+// stream's write runs with no lock, on bytes the queue keeps still
+// (sendQueue invariant 8).
 type transport interface {
 	// tryWrite writes what the transport takes at once of a then b,
 	// without blocking, and returns how many bytes it took: 0 with a nil
@@ -39,7 +43,7 @@ type transport interface {
 	tryWrite(a, b []byte) (int, error)
 
 	// write blocks until it has written some of p (all of it, for a
-	// stream) or failed. An error caused by an expired write deadline
+	// stream) or failed; it is used only where flushQueue reports false. An error caused by an expired write deadline
 	// leaves the stream intact when resumable reports true.
 	write(p []byte) (int, error)
 
@@ -89,7 +93,6 @@ func newTransport(nc net.Conn) transport {
 		t := &socketTransport{rc: rc}
 		t.writeFn = t.doWrite
 		t.readFn = t.doRead
-		t.waitFn = t.doWait
 		t.flushFn = t.doFlush
 		return t
 	}
@@ -107,7 +110,6 @@ type socketTransport struct {
 	n       int
 	err     error
 	writeFn func(fd uintptr) bool
-	waitFn  func(fd uintptr) bool
 	readFn  func(fd uintptr) bool
 
 	// The read side's, owned by the reading goroutine.
@@ -115,12 +117,6 @@ type socketTransport struct {
 	rn   int
 	rerr error
 
-	// The wait side has its own copies: it runs outside the write lock,
-	// while tryWrite may run under it.
-	wp   []byte
-	wn   int
-	werr error
-	wiov [2]syscall.Iovec
 
 	// flushQueue's, owned by the flushing goroutine.
 	flushFn func(fd uintptr) bool
@@ -171,21 +167,9 @@ func (t *socketTransport) doWrite(fd uintptr) bool {
 	return true
 }
 
-func (t *socketTransport) write(p []byte) (int, error) {
-	t.wp = p
-	err := t.rc.Write(t.waitFn)
-	t.wp = nil
-	if err != nil {
-		return 0, err
-	}
-	return t.wn, t.werr
-}
-
-// doWait writes once when the socket is writable: it returns false (wait
-// for writability) while the kernel takes nothing.
-func (t *socketTransport) doWait(fd uintptr) bool {
-	t.wn, t.werr = writeFd(fd, &t.wiov, t.wp, nil)
-	return t.werr != errAgain
+// write is never called on a socket: it writes through flushQueue.
+func (t *socketTransport) write([]byte) (int, error) {
+	panic("rally: a socket transport writes through flushQueue")
 }
 
 func (t *socketTransport) resumable() bool { return true }
