@@ -117,7 +117,6 @@ type socketTransport struct {
 	rn   int
 	rerr error
 
-
 	// flushQueue's, owned by the flushing goroutine.
 	flushFn func(fd uintptr) bool
 	fstep   func() bool
