@@ -36,7 +36,7 @@ type peer struct {
 // reference of the ratios.
 var peers = []peer{
 	{Name: "rally", Kind: "go", Compress: true, Pkg: "./peers/rally",
-		How: "rally.Server callbacks; echo: non-blocking Send, corked per read batch; chat: PreparedMessage + SendPrepared to each member (no JoinCork yet, see peers/rally)"},
+		How: "rally.Server callbacks; echo: non-blocking Send, corked per read batch; chat: PreparedMessage + SendPrepared to each member, each joining the sender's cork (JoinCork)"},
 	{Name: "gorilla", Kind: "go", Compress: true, Pkg: "./peers/gorilla",
 		How: "gorilla/websocket: ReadMessage/WriteMessage; chat: PreparedMessage per message, a write mutex per connection"},
 	{Name: "coder", Kind: "go", Compress: true, Pkg: "./peers/coder",
