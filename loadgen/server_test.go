@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -262,6 +263,11 @@ func readClientFrame(br *bufio.Reader) (byte, []byte, error) {
 	}
 	if _, err := io.ReadFull(br, key[:]); err != nil {
 		return 0, nil, err
+	}
+	if n > 64<<20 {
+		// A garbage client (the hostile scenarios) can claim any length:
+		// the test server refuses rather than allocate it.
+		return 0, nil, fmt.Errorf("frame of %d bytes claimed", n)
 	}
 	p := make([]byte, n)
 	if _, err := io.ReadFull(br, p); err != nil {
