@@ -213,13 +213,16 @@ func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
 	}
 	// Hand over what is left (frames queued behind this one, or this one,
 	// if ctx cut the wait) to a flushing goroutine, once the deadline that
-	// cut the wait is cleared.
-	c.wr.flushing = false
-	c.unlockWrite()
+	// cut the wait is cleared. The flushing role is kept until then, so
+	// that no other goroutine writes under this one's deadline or takes
+	// the write watch while this one clears it (completions wait for the
+	// next unlockWrite).
 	if watched {
+		c.wr.mu.Unlock()
 		c.unwatchWrite()
+		c.wr.mu.Lock()
 	}
-	c.wr.mu.Lock()
+	c.wr.flushing = false
 	var err error
 	if cut {
 		var fail bool
