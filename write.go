@@ -36,6 +36,11 @@ var (
 // so. A message compressed with context takeover can never be taken back
 // (the peer's inflater must see every message the compressor saw), so
 // cancelling such a Write fails the connection.
+//
+// Called on an event loop's goroutine (a callback of a Server with
+// EventLoop set), Write does not wait for the kernel: it returns nil once
+// the frame is accepted (it leaves in order, after the loop's turn), or
+// the error that kept it out; see Server.EventLoop.
 func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
 	if err := c.checkMessage(typ, p); err != nil {
 		return err
