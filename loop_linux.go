@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,10 @@ const loopReadSize = 63 << 10
 // so that a fast sender cannot starve the loop's other connections
 // (epoll, level-triggered, reports it again).
 const loopReadsPerEvent = 4
+
+// loopGatherMax is how much a loop turn gathers for one connection before
+// it writes at once.
+const loopGatherMax = 64 << 10
 
 // loopEvents is the most events one wait returns.
 const loopEvents = 256
@@ -173,6 +178,12 @@ func (c *Conn) gatherLocked(g uintptr) bool {
 	if l == nil || !l.inTurn {
 		return false
 	}
+	if c.wr.q.queued() >= loopGatherMax {
+		// Enough for one write: it goes now (what the kernel does not
+		// take waits as backpressure, and counts against the buffer
+		// limit), rather than piling up in memory until the turn ends.
+		return false
+	}
 	if c.wr.loopMark != l.mark {
 		c.wr.loopMark = l.mark
 		l.dirty = append(l.dirty, c)
@@ -227,10 +238,14 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	orig := c.nc
 	t := &loopTransport{fd: fd, c: c, l: l}
 	t.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
+	t.setAddrs(orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
-	c.nc = &loopNetConn{t: t, laddr: orig.LocalAddr(), raddr: orig.RemoteAddr()}
-	c.dl.nc = c.nc
+	c.nc = t
+	c.dl.nc = t
 	c.rd.loop = true
+	// Nobody reads but the loop (Read refuses, Close does not read on a
+	// served connection): the read lock is not needed.
+	c.rd.sem = nil
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
 	return true
@@ -379,7 +394,6 @@ func (l *loop) register(t *loopTransport) {
 		l.table = append(l.table, make([]*loopTransport, max(64, len(l.table)))...)
 	}
 	l.table[fd] = t
-	c.rd.sem <- struct{}{} // the loop holds the read side for good
 	c.rd.g.Store(l.g)
 	c.wr.mu.Lock()
 	var err error
@@ -611,6 +625,9 @@ type loopTransport struct {
 	registered bool
 
 	// Owned by the loop goroutine.
+	local, remote netip.AddrPort
+	addrs         *[2]net.Addr // other than TCP
+
 	reads   int
 	winding bool // the read side ended with a close frame: winding TCP down
 	shut    bool // the sending side is shut
@@ -706,24 +723,43 @@ func (t *loopTransport) closeFromAnywhere() {
 	t.l.post(loopTask{t: t, close: true})
 }
 
-// loopNetConn is the net.Conn of a loop connection: its addresses, and
-// Close, which the loop carries out. Reading and writing go through the
-// loop.
-type loopNetConn struct {
-	t            *loopTransport
-	laddr, raddr net.Addr
-	once         sync.Once
+// The loopTransport is the connection's net.Conn too (Conn.nc): its
+// addresses, and Close, which the loop carries out. Reading and writing
+// go through the loop. TCP addresses are kept as values, not as the
+// *net.TCPAddr pair (two more allocations per connection).
+
+func (t *loopTransport) setAddrs(local, remote net.Addr) {
+	lt, ok1 := local.(*net.TCPAddr)
+	rt, ok2 := remote.(*net.TCPAddr)
+	if ok1 && ok2 && lt.Zone == "" && rt.Zone == "" {
+		t.local, t.remote = lt.AddrPort(), rt.AddrPort()
+		return
+	}
+	t.addrs = &[2]net.Addr{local, remote}
 }
 
-func (nc *loopNetConn) Read([]byte) (int, error)         { return 0, errLoopRead }
-func (nc *loopNetConn) Write([]byte) (int, error)        { return 0, errLoopRead }
-func (nc *loopNetConn) LocalAddr() net.Addr              { return nc.laddr }
-func (nc *loopNetConn) RemoteAddr() net.Addr             { return nc.raddr }
-func (nc *loopNetConn) SetDeadline(time.Time) error      { return nil }
-func (nc *loopNetConn) SetReadDeadline(time.Time) error  { return nil }
-func (nc *loopNetConn) SetWriteDeadline(time.Time) error { return nil }
+func (t *loopTransport) LocalAddr() net.Addr {
+	if t.addrs != nil {
+		return t.addrs[0]
+	}
+	return net.TCPAddrFromAddrPort(t.local)
+}
 
-func (nc *loopNetConn) Close() error {
-	nc.once.Do(nc.t.closeFromAnywhere)
+func (t *loopTransport) RemoteAddr() net.Addr {
+	if t.addrs != nil {
+		return t.addrs[1]
+	}
+	return net.TCPAddrFromAddrPort(t.remote)
+}
+
+func (t *loopTransport) Read([]byte) (int, error)         { return 0, errLoopRead }
+func (t *loopTransport) Write([]byte) (int, error)        { return 0, errLoopRead }
+func (t *loopTransport) SetDeadline(time.Time) error      { return nil }
+func (t *loopTransport) SetReadDeadline(time.Time) error  { return nil }
+func (t *loopTransport) SetWriteDeadline(time.Time) error { return nil }
+
+// Close has the loop close the socket (once; finish calls it once).
+func (t *loopTransport) Close() error {
+	t.closeFromAnywhere()
 	return nil
 }
