@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -38,8 +39,16 @@ func adoptPair(tb testing.TB, s *Server, bare bool) (*Conn, net.Conn, int) {
 // loops that stay idle and reports the Go memory (heap and stacks) each
 // costs on the server side, and the size of the structures it holds. The
 // client ends are bare descriptors (no Go memory); run it with
-// -benchtime 1x.
+// -benchtime 1x. "keepalive" sets a ping interval and an idle timeout,
+// which the loop's sweep looks after (no timer per connection).
 func BenchmarkEventLoopIdleConnMemory(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchmarkLoopIdle(b, nil) })
+	b.Run("keepalive", func(b *testing.B) {
+		benchmarkLoopIdle(b, &ConnOptions{PingInterval: time.Minute, IdleTimeout: 2 * time.Minute})
+	})
+}
+
+func benchmarkLoopIdle(b *testing.B, opts *ConnOptions) {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	n := min(10000, int(lim.Cur-300)/2) // each connection is two descriptors here
@@ -64,7 +73,7 @@ func BenchmarkEventLoopIdleConnMemory(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := newConn(nc, nil, true, "", nil)
+		c := newConn(nc, nil, true, "", opts)
 		c.rd.served = true
 		s.set.begin()
 		s.set.commit(c)

@@ -89,9 +89,10 @@ type loop struct {
 
 	n int // connections adopted and not yet closed; guarded by grp.mu
 
-	taskMu sync.Mutex
-	tasks  []loopTask
-	spare  []loopTask
+	taskMu  sync.Mutex
+	tasks   []loopTask
+	spare   []loopTask
+	stopped bool // guarded by taskMu
 
 	gen atomic.Uint32
 
@@ -108,11 +109,17 @@ type loop struct {
 	turns     atomic.Uint64
 	watch     *time.Timer
 	logged    uint64 // the turn last logged as blocked
+
+	// The keepalive sweep: every sweepEvery the loop pings and times out
+	// the connections that are due (keepaliveDue), instead of a timer
+	// per connection. Owned by the loop goroutine but for the timer.
+	sweeper    *time.Timer
+	sweepEvery time.Duration
 }
 
 type loopTask struct {
 	t     *loopTransport
-	close bool // else adopt
+	close bool // else adopt (or, with t nil, sweep)
 }
 
 // loopTurns numbers the turns of every loop, so that a turn's mark on a
@@ -212,7 +219,7 @@ func (grp *loopGroup) adopt(s *Server, c *Conn) bool {
 		grp.mu.Lock()
 		l.n--
 		grp.mu.Unlock()
-		l.p.Wake() // a loop started for it stops again
+		l.wake() // a loop started for it stops again
 		return false
 	}
 	l.post(loopTask{t: c.t.(*loopTransport)})
@@ -246,6 +253,13 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
 	c.rd.sem = nil
+	if k := c.cl.keepalive; k != nil {
+		// The loop's sweep pings and times out its connections: no timer
+		// per connection.
+		k.Stop()
+		c.cl.keepalive = nil
+		t.keepalive = c.keepalivePeriod()
+	}
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
 	return true
@@ -293,10 +307,24 @@ func (grp *loopGroup) pick(s *Server) (*loop, error) {
 }
 
 // post hands a task to the loop from any goroutine and wakes it.
+// wake makes the loop turn, unless it has stopped.
+func (l *loop) wake() {
+	l.taskMu.Lock()
+	defer l.taskMu.Unlock()
+	if !l.stopped {
+		l.p.Wake()
+	}
+}
+
+// A loop that stopped takes nothing more (a timer may still fire): its
+// eventfd is closed, and its number may belong to another file by now.
 func (l *loop) post(task loopTask) {
 	l.taskMu.Lock()
+	defer l.taskMu.Unlock()
+	if l.stopped {
+		return
+	}
 	l.tasks = append(l.tasks, task)
-	l.taskMu.Unlock()
 	l.p.Wake()
 }
 
@@ -305,9 +333,13 @@ func (l *loop) run(started chan<- struct{}) {
 	l.buf = make([]byte, loopReadSize)
 	setRunning(l, true)
 	l.watch = time.AfterFunc(loopWatchdog, l.watchdog)
+	l.sweepEvery = loopSweep
 	close(started)
 	defer func() {
 		l.watch.Stop()
+		if l.sweeper != nil {
+			l.sweeper.Stop()
+		}
 		setRunning(l, false)
 		l.p.Close()
 	}()
@@ -349,11 +381,11 @@ func (l *loop) stopIfEmpty() bool {
 		return false
 	}
 	l.taskMu.Lock()
-	pending := len(l.tasks)
-	l.taskMu.Unlock()
-	if pending > 0 {
+	defer l.taskMu.Unlock()
+	if len(l.tasks) > 0 {
 		return false
 	}
+	l.stopped = true
 	l.grp.slots[l.slot] = nil
 	return true
 }
@@ -373,7 +405,9 @@ func (l *loop) runTasks() {
 	l.tasks = l.spare[:0]
 	l.taskMu.Unlock()
 	for i, task := range tasks {
-		if task.close {
+		if task.t == nil {
+			l.sweep()
+		} else if task.close {
 			l.closing = append(l.closing, task.t)
 		} else {
 			l.register(task.t)
@@ -406,12 +440,53 @@ func (l *loop) register(t *loopTransport) {
 		c.finish(&CloseError{Code: CloseAbnormal, Err: err})
 		return
 	}
+	if t.keepalive > 0 {
+		t.due = time.Now().Add(t.keepalive).UnixNano()
+		l.armSweep(t.keepalive)
+	}
 	if s := l.srv; s.Open != nil {
 		c.callOpen(s.Open)
 	}
 	if len(c.rd.in) > 0 {
 		l.deliver(t)
 	}
+}
+
+// loopSweep is how often a loop looks for keepalive work at most: pings
+// and idle timeouts are that coarse (finer when a connection's period is
+// short).
+const loopSweep = time.Second
+
+// armSweep makes sure the sweep runs, at least every quarter of period.
+func (l *loop) armSweep(period time.Duration) {
+	every := min(l.sweepEvery, max(period/4, 5*time.Millisecond))
+	if l.sweeper == nil {
+		l.sweepEvery = every
+		l.sweeper = time.AfterFunc(every, func() { l.post(loopTask{}) })
+		return
+	}
+	if every < l.sweepEvery {
+		l.sweepEvery = every
+		l.sweeper.Reset(every)
+	}
+}
+
+// sweep does the keepalive work of the connections that are due.
+func (l *loop) sweep() {
+	now := time.Now()
+	ns := now.UnixNano()
+	for _, t := range l.table {
+		if t == nil || t.keepalive <= 0 || t.closed || ns < t.due {
+			continue
+		}
+		next, ok := t.c.keepaliveDue(now)
+		if !ok {
+			t.keepalive = 0
+			continue
+		}
+		t.due = ns + int64(next)
+	}
+	l.sweeper.Reset(l.sweepEvery)
 }
 
 // event handles one readiness report.
@@ -627,6 +702,9 @@ type loopTransport struct {
 	// Owned by the loop goroutine.
 	local, remote netip.AddrPort
 	addrs         *[2]net.Addr // other than TCP
+
+	keepalive time.Duration // the ping and idle period, when the sweep looks after it
+	due       int64         // when the sweep looks next (unix ns)
 
 	reads   int
 	winding bool // the read side ended with a close frame: winding TCP down

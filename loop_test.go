@@ -338,3 +338,28 @@ func TestEventLoopWriteInACallbackDoesNotWaitForASlowPeer(t *testing.T) {
 		t.Fatal("a Write in a callback waited for a peer that does not read")
 	}
 }
+
+func TestEventLoopPingsAQuietPeerAndClosesAnIdleOneWith1001(t *testing.T) {
+	s := &rally.Server{
+		EventLoop: true,
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
+			PingInterval: 50 * time.Millisecond,
+			IdleTimeout:  300 * time.Millisecond,
+		}},
+	}
+	p := dialPeer(t, serve(t, s))
+	for {
+		f, err := p.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for a ping: %v", err)
+		}
+		if f.Opcode == rawpeer.OpPing {
+			break
+		}
+	}
+	// The peer stays silent (it does not even answer the pings).
+	f := p.ExpectClose(t, 1001)
+	if _, reason, _ := rawpeer.ParseClose(f.Payload); string(reason) != "idle timeout" {
+		t.Fatalf("close reason %q, want \"idle timeout\"", reason)
+	}
+}
