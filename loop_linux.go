@@ -306,7 +306,6 @@ func (grp *loopGroup) pick(s *Server) (*loop, error) {
 	return l, nil
 }
 
-// post hands a task to the loop from any goroutine and wakes it.
 // wake makes the loop turn, unless it has stopped.
 func (l *loop) wake() {
 	l.taskMu.Lock()
@@ -316,8 +315,9 @@ func (l *loop) wake() {
 	}
 }
 
-// A loop that stopped takes nothing more (a timer may still fire): its
-// eventfd is closed, and its number may belong to another file by now.
+// post hands a task to the loop from any goroutine and wakes it. A loop
+// that stopped takes nothing more (a timer may still fire): its eventfd
+// is closed, and its number may belong to another file by now.
 func (l *loop) post(task loopTask) {
 	l.taskMu.Lock()
 	defer l.taskMu.Unlock()
@@ -526,7 +526,7 @@ func (l *loop) deliver(t *loopTransport) {
 	c := t.c
 	s := l.srv
 	t.reads = loopReadsPerEvent
-	for c.rd.end == nil {
+	for c.rd.end == nil && !c.ended() {
 		typ, p, err := c.nextMessage(nil)
 		if err != nil {
 			break
@@ -543,6 +543,17 @@ func (l *loop) deliver(t *loopTransport) {
 		c.rd.linger = false
 		t.winding = true
 		l.windDown(t)
+	}
+}
+
+// ended reports whether the connection has ended (a callback called
+// CloseNow, say): what is left of the input is not delivered.
+func (c *Conn) ended() bool {
+	select {
+	case <-c.cl.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -685,7 +696,11 @@ func (l *loop) watchdog() {
 				"loop", l.slot, "blocked", d.Round(time.Millisecond).String())
 		}
 	}
-	l.watch.Reset(loopWatchdog / 4)
+	l.taskMu.Lock()
+	if !l.stopped {
+		l.watch.Reset(loopWatchdog / 4)
+	}
+	l.taskMu.Unlock()
 }
 
 // loopTransport is a connection's socket owned by a loop.

@@ -363,3 +363,24 @@ func TestEventLoopPingsAQuietPeerAndClosesAnIdleOneWith1001(t *testing.T) {
 		t.Fatalf("close reason %q, want \"idle timeout\"", reason)
 	}
 }
+
+func TestEventLoopDeliversNothingAfterACallbackCutTheConnection(t *testing.T) {
+	rec := newRecorder()
+	s := &rally.Server{
+		EventLoop: true,
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			rec.add("message " + string(p))
+			c.CloseNow()
+		},
+		Close: rec.close,
+	}
+	p := dialPeer(t, serve(t, s))
+	p.WriteRaw(maskedZero(hx("81 01 61  81 01 62  81 01 63")))
+	p.ExpectEOF(t)
+	if ce := rec.waitClose(t); ce.Code != 1006 {
+		t.Fatalf("Server.Close got %v, want 1006", ce)
+	}
+	if got := rec.log(); len(got) != 2 || got[0] != "message a" {
+		t.Fatalf("callbacks %q, want one message, then the close", got)
+	}
+}
