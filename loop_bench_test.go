@@ -169,30 +169,51 @@ func frameHeaderSize(n int) int {
 	return frameSize(n, false) - n
 }
 
-// BenchmarkEventLoopChatFanout is a chat room on one event loop: sender
-// connections get messages, and the Message callback sends each to every
-// receiver connection. b.N counts deliveries (one message reaching one
-// receiver). It reports the write system calls per delivery, which the
-// loop's per-turn gathering brings below one: a receiver gets one write
-// per turn, whatever the number of messages of the turn.
+// BenchmarkEventLoopChatFanout is a chat room: sender connections get
+// messages, and the Message callback sends each to every receiver
+// connection. b.N counts deliveries (one message reaching one receiver).
+// "loop" serves them all from one event loop, and reports the write
+// system calls per delivery, which the loop's per-turn gathering brings
+// below one: a receiver gets one write per turn, whatever the number of
+// messages of the turn. "goroutines" is goroutine mode, each receiver
+// joining the sender's cork (JoinCork) as pubsub does.
 func BenchmarkEventLoopChatFanout(b *testing.B) {
+	b.Run("loop", func(b *testing.B) { benchmarkChat(b, true) })
+	b.Run("goroutines", func(b *testing.B) { benchmarkChat(b, false) })
+}
+
+func benchmarkChat(b *testing.B, loop bool) {
 	const senders, receivers, size = 4, 32, 16
 	var rcv []*Conn
-	s := &Server{EventLoop: true, EventLoops: 1}
+	s := &Server{EventLoop: loop, EventLoops: 1}
 	s.Message = func(c *Conn, typ MessageType, p []byte) {
 		for _, r := range rcv {
+			r.JoinCork(c)
 			r.Send(typ, p)
 		}
 	}
+	open := func() (*Conn, net.Conn) {
+		if loop {
+			c, peer, _ := adoptPair(b, s, false)
+			return c, peer
+		}
+		nc, peer := socketPair(b)
+		c := newConn(nc, nil, true, "", nil)
+		c.rd.served = true
+		s.set.begin()
+		s.set.commit(c)
+		go c.serve(s)
+		return c, peer
+	}
 	var rpeers, speers []net.Conn
 	for range receivers {
-		c, peer, _ := adoptPair(b, s, false)
+		c, peer := open()
 		rcv = append(rcv, c)
 		rpeers = append(rpeers, peer)
 	}
 	var snd []*Conn
 	for range senders {
-		c, peer, _ := adoptPair(b, s, false)
+		c, peer := open()
 		snd = append(snd, c)
 		speers = append(speers, peer)
 	}
@@ -217,7 +238,9 @@ func BenchmarkEventLoopChatFanout(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64(loopWrites.Load()-w0)/float64(per*receivers), "writes/delivery")
+	if loop {
+		b.ReportMetric(float64(loopWrites.Load()-w0)/float64(per*receivers), "writes/delivery")
+	}
 	for _, c := range append(rcv, snd...) {
 		c.CloseNow()
 	}
