@@ -137,11 +137,11 @@ func BenchmarkEventLoopEcho(b *testing.B) {
 			go feed(peer, clientFrames(size, max(1, (64<<10)/(size+14))))
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
-			w0 := loopWrites.Load()
+			w0 := loopWriteCalls()
 			b.ResetTimer()
 			readFrames(b, peer, size, b.N)
 			b.StopTimer()
-			b.ReportMetric(float64(loopWrites.Load()-w0)/float64(b.N), "writes/msg")
+			b.ReportMetric(float64(loopWriteCalls()-w0)/float64(b.N), "writes/msg")
 			c.CloseNow()
 			peer.Close()
 			s.Shutdown(b.Context())
@@ -218,7 +218,7 @@ func benchmarkChat(b *testing.B, loop bool) {
 		speers = append(speers, peer)
 	}
 	b.ReportAllocs()
-	w0 := loopWrites.Load()
+	w0 := loopWriteCalls()
 	per := (b.N + receivers - 1) / receivers // messages, each to every receiver
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -239,7 +239,7 @@ func benchmarkChat(b *testing.B, loop bool) {
 	wg.Wait()
 	b.StopTimer()
 	if loop {
-		b.ReportMetric(float64(loopWrites.Load()-w0)/float64(per*receivers), "writes/delivery")
+		b.ReportMetric(float64(loopWriteCalls()-w0)/float64(per*receivers), "writes/delivery")
 	}
 	for _, c := range append(rcv, snd...) {
 		c.CloseNow()

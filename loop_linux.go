@@ -105,7 +105,8 @@ type loop struct {
 	dirty   []*Conn
 	closing []*loopTransport
 
-	turnStart atomic.Int64 // when the running turn began (unix ns); 0 while waiting
+	writes    atomic.Uint64 // write system calls on its connections
+	turnStart atomic.Int64  // when the running turn began (unix ns); 0 while waiting
 	turns     atomic.Uint64
 	watch     *time.Timer
 	logged    uint64 // the turn last logged as blocked
@@ -126,9 +127,23 @@ type loopTask struct {
 // connection (gatherLocked) is never another turn's.
 var loopTurns atomic.Uint64
 
-// loopWrites counts the write system calls of loop connections, for the
-// benchmarks (writes per delivered message).
-var loopWrites atomic.Uint64
+// stoppedWrites counts the write system calls of the connections of loops
+// that have stopped (see loopWriteCalls).
+var stoppedWrites atomic.Uint64
+
+// loopWriteCalls is the number of write system calls made on loop
+// connections so far, for the benchmarks (writes per delivered message).
+// Each loop counts its own, so that writers on many cores do not share
+// one counter.
+func loopWriteCalls() uint64 {
+	n := stoppedWrites.Load()
+	if p := running.loops.Load(); p != nil {
+		for _, l := range *p {
+			n += l.writes.Load()
+		}
+	}
+	return n
+}
 
 // running is the loops that run in the process, for gatherLocked to find
 // the loop of the calling goroutine. Copied on write.
@@ -341,6 +356,7 @@ func (l *loop) run(started chan<- struct{}) {
 			l.sweeper.Stop()
 		}
 		setRunning(l, false)
+		stoppedWrites.Add(l.writes.Load())
 		l.p.Close()
 	}()
 	for {
@@ -735,7 +751,7 @@ func (t *loopTransport) tryWrite(a, b []byte) (int, error) {
 	if t.fd < 0 {
 		return 0, net.ErrClosed
 	}
-	loopWrites.Add(1)
+	t.l.writes.Add(1)
 	n, err := writeFd(uintptr(t.fd), &t.iov, a, b)
 	if err == errAgain {
 		return 0, nil
