@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -383,4 +385,74 @@ func TestEventLoopDeliversNothingAfterACallbackCutTheConnection(t *testing.T) {
 	if got := rec.log(); len(got) != 2 || got[0] != "message a" {
 		t.Fatalf("callbacks %q, want one message, then the close", got)
 	}
+}
+
+func TestEventLoopsDeliverEveryBroadcastInOrderAcrossLoopsAndGoroutines(t *testing.T) {
+	const peers, each = 6, 40
+	var (
+		mu    sync.Mutex
+		conns []*rally.Conn
+	)
+	opened := make(chan struct{}, peers)
+	s := &rally.Server{
+		EventLoop:  true,
+		EventLoops: 2,
+		Open: func(c *rally.Conn) {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			opened <- struct{}{}
+		},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			mu.Lock()
+			all := slices.Clone(conns)
+			mu.Unlock()
+			for _, r := range all {
+				if st, err := r.Send(typ, p); st == rally.Dropped {
+					panic(fmt.Sprint("dropped: ", err))
+				}
+			}
+		},
+	}
+	addr := serve(t, s)
+	ps := make([]*rawpeer.Peer, peers)
+	for i := range ps {
+		ps[i] = dialPeer(t, addr)
+		<-opened
+	}
+	// Peers send from their goroutines; the test's goroutine broadcasts
+	// too, from outside the loops.
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() {
+			for j := range each {
+				p.WriteRaw(maskedZero(rawpeer.Build(rawpeer.Text(fmt.Sprintf("%d:%d", i, j)))))
+			}
+		})
+	}
+	wg.Go(func() {
+		mu.Lock()
+		all := slices.Clone(conns)
+		mu.Unlock()
+		for j := range each {
+			for _, r := range all {
+				r.Send(rally.Text, fmt.Appendf(nil, "%d:%d", peers, j))
+			}
+		}
+	})
+	for _, p := range ps {
+		next := make([]int, peers+1)
+		for range (peers + 1) * each {
+			f, err := p.ReadFrame()
+			if err != nil {
+				t.Fatalf("reading the broadcasts: %v", err)
+			}
+			var from, j int
+			if _, err := fmt.Sscanf(string(f.Payload), "%d:%d", &from, &j); err != nil || j != next[from] {
+				t.Fatalf("got %q, want %d:%d next", f.Payload, from, next[from])
+			}
+			next[from]++
+		}
+	}
+	wg.Wait()
 }
