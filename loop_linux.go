@@ -582,11 +582,28 @@ func (l *loop) windDown(t *loopTransport) {
 	if !t.shut {
 		c.wr.mu.Lock()
 		left := c.wr.q.doneSeq >= c.wr.closeSeq || c.wr.err != nil
-		c.wr.mu.Unlock()
-		if left {
-			t.shut = true
-			unix.Shutdown(t.fd, unix.SHUT_WR)
+		switch {
+		case left && t.muted:
+			t.muted = false
+			if t.fd >= 0 {
+				l.p.Mod(t.fd, t.tag, true, t.armed)
+			}
+		case !left && c.wr.flushing && !t.muted && t.fd >= 0:
+			// The close frame waits for the peer to read: stop reading
+			// until it has left (writable calls back), or an end of stream
+			// read meanwhile would close before it, and a level-triggered
+			// readable socket would be reported turn after turn.
+			t.muted = true
+			l.p.Mod(t.fd, t.tag, false, t.armed)
 		}
+		c.wr.mu.Unlock()
+		if !left {
+			// Not before the close frame has left (flushDirty or writable
+			// calls back): reading now could find the peer's end first.
+			return
+		}
+		t.shut = true
+		unix.Shutdown(t.fd, unix.SHUT_WR)
 	}
 	for range loopReadsPerEvent {
 		n, err := readFd(uintptr(t.fd), l.buf)
@@ -728,6 +745,7 @@ type loopTransport struct {
 	// Guarded by the connection's write lock.
 	fd         int // -1 once the loop closed it
 	armed      bool
+	muted      bool // not watched for readability (winding down behind backpressure)
 	registered bool
 
 	// Owned by the loop goroutine.
@@ -808,7 +826,7 @@ func (t *loopTransport) armWritable() {
 	}
 	t.armed = true
 	if t.registered {
-		t.l.p.Mod(t.fd, t.tag, true)
+		t.l.p.Mod(t.fd, t.tag, !t.muted, true)
 	}
 }
 
@@ -818,7 +836,7 @@ func (t *loopTransport) disarmLocked() {
 	}
 	t.armed = false
 	if t.registered {
-		t.l.p.Mod(t.fd, t.tag, false)
+		t.l.p.Mod(t.fd, t.tag, !t.muted, false)
 	}
 }
 

@@ -456,3 +456,17 @@ func TestEventLoopsDeliverEveryBroadcastInOrderAcrossLoopsAndGoroutines(t *testi
 	}
 	wg.Wait()
 }
+
+func TestEventLoopEchoesTheCloseOfAPeerThatShutItsSideRightAfter(t *testing.T) {
+	rec := newRecorder()
+	p := dialPeer(t, serve(t, loopEcho(rec)))
+	p.WriteRaw(maskedZero(hx("88 02 03 e8")))
+	if err := tcpOf(p.NetConn()).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	wantWire(t, p, "88 02 03 e8")
+	p.ExpectEOF(t)
+	if ce := rec.waitClose(t); ce.Code != 1000 {
+		t.Fatalf("Server.Close got %v, want 1000", ce)
+	}
+}

@@ -75,15 +75,17 @@ func (p *Poller) Close() error {
 	return errors.Join(err1, err2)
 }
 
-// Add registers fd, level-triggered, for readability, the peer's hangup
-// and, when writable is set, writability; Wait reports it with tag.
+// Add registers fd, level-triggered, for readability and the peer's
+// hangup and, when writable is set, writability; Wait reports it with tag.
 func (p *Poller) Add(fd int, tag uint64, writable bool) error {
-	return p.ctl(unix.EPOLL_CTL_ADD, fd, tag, interest(writable))
+	return p.ctl(unix.EPOLL_CTL_ADD, fd, tag, interest(true, writable))
 }
 
-// Mod changes whether fd is watched for writability.
-func (p *Poller) Mod(fd int, tag uint64, writable bool) error {
-	return p.ctl(unix.EPOLL_CTL_MOD, fd, tag, interest(writable))
+// Mod changes what fd is watched for: readability and the peer's hangup
+// when readable is set, writability when writable is. A hangup (EPOLLHUP)
+// and an error are reported whatever is asked.
+func (p *Poller) Mod(fd int, tag uint64, readable, writable bool) error {
+	return p.ctl(unix.EPOLL_CTL_MOD, fd, tag, interest(readable, writable))
 }
 
 // Del removes fd from the poller.
@@ -91,8 +93,11 @@ func (p *Poller) Del(fd int) error {
 	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 }
 
-func interest(writable bool) uint32 {
-	ev := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
+func interest(readable, writable bool) uint32 {
+	var ev uint32
+	if readable {
+		ev |= unix.EPOLLIN | unix.EPOLLRDHUP
+	}
 	if writable {
 		ev |= unix.EPOLLOUT
 	}

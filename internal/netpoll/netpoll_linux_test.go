@@ -78,16 +78,32 @@ func TestPollerReportsWritableOnlyWhileAsked(t *testing.T) {
 	if evs, _, _ := p.Wait(0); len(evs) != 0 {
 		t.Fatalf("writability not asked for, got %v", evs)
 	}
-	if err := p.Mod(a, 1, true); err != nil {
+	if err := p.Mod(a, 1, true, true); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, p, 1, Writable)
-	if err := p.Mod(a, 1, false); err != nil {
+	if err := p.Mod(a, 1, true, false); err != nil {
 		t.Fatal(err)
 	}
 	if evs, _, _ := p.Wait(0); len(evs) != 0 {
 		t.Fatalf("writability no longer asked for, got %v", evs)
 	}
+}
+
+func TestPollerStopsReportingReadableWhenNotAsked(t *testing.T) {
+	p := newPoller(t)
+	a, b := socketPair(t)
+	p.Add(a, 5, false)
+	unix.Write(b, []byte("x"))
+	waitFor(t, p, 5, Readable)
+	if err := p.Mod(a, 5, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _, _ := p.Wait(0); len(evs) != 0 {
+		t.Fatalf("readability no longer asked for, got %v", evs)
+	}
+	p.Mod(a, 5, true, false)
+	waitFor(t, p, 5, Readable)
 }
 
 func TestPollerReportsThePeersHangup(t *testing.T) {
