@@ -81,25 +81,38 @@ func contains(b []byte, s string) bool {
 	return len(s) <= len(b) && string(b[len(b)-len(s):]) == s
 }
 
-func TestEventLoopServerServesARawListener(t *testing.T) {
-	s := loopEcho(nil)
-	ln := listen(t)
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	p := dialPeer(t, ln.Addr().String())
-	p.WriteRaw(maskedZero(hx("81 02 68 69")))
-	wantWire(t, p, "81 02 68 69")
-	shut := make(chan error, 1)
-	go func() { shut <- s.Shutdown(context.Background()) }()
-	p.ExpectClose(t, 1001)
-	p.WriteRaw(maskedZero(hx("88 02 03 e9")))
-	p.ExpectEOF(t)
-	p.Close()
-	if err := <-shut; err != nil {
-		t.Fatalf("Shutdown: %v", err)
+func TestServerServesARawListenerInBothModes(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("EventLoop=%v", loop), func(t *testing.T) {
+			s := loopEcho(nil)
+			s.EventLoop = loop
+			ln := listen(t)
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(ln) }()
+			p := dialPeer(t, ln.Addr().String())
+			p.WriteRaw(maskedZero(hx("81 02 68 69")))
+			wantWire(t, p, "81 02 68 69")
+			shut := make(chan error, 1)
+			go func() { shut <- s.Shutdown(context.Background()) }()
+			p.ExpectClose(t, 1001)
+			p.WriteRaw(maskedZero(hx("88 02 03 e9")))
+			p.ExpectEOF(t)
+			p.Close()
+			if err := <-shut; err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			if err := <-served; err != http.ErrServerClosed {
+				t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+			}
+		})
 	}
-	if err := <-served; err != http.ErrServerClosed {
-		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+}
+
+func TestServerServeRefusesAServerWithAnUpgradeCallback(t *testing.T) {
+	s := &rally.Server{Upgrade: func(http.ResponseWriter, *http.Request) (any, bool) { return nil, true }}
+	ln := listen(t)
+	if err := s.Serve(ln); err == nil || !strings.Contains(err.Error(), "Authorize") {
+		t.Fatalf("Serve with Server.Upgrade set = %v, want an error pointing to Options.Authorize", err)
 	}
 }
 
