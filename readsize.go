@@ -1,0 +1,35 @@
+package rally
+
+// How much a read asks for when frames are large. Small frames share the
+// default buffer (readBufferSize, many frames per read). For frames larger
+// than largeFrame, a read asks for the rest of the current frame and then
+// for as many whole frames of the same size as fit in readAhead, so that a
+// stream of large messages arrives whole messages per read: fewer reads per
+// message, and a message whole in one read is handed to a Server's Message
+// callback, Read or ReadAppend from the read buffer, never assembled. The
+// buffer is still borrowed only once the socket is readable.
+const (
+	largeFrame = 8 << 10
+	readAhead  = 256 << 10
+)
+
+// readSize is how many bytes the next read should ask for, judged from the
+// frame being received or, between frames, the last one; 0 means the
+// default: a readBufferSize buffer, read to its capacity.
+func (p *parser) readSize() int {
+	if p.hdrN > 0 || p.h.Opcode.IsControl() {
+		return 0
+	}
+	frameSize := p.h.Length + int64(p.h.Size())
+	if frameSize <= largeFrame {
+		return 0
+	}
+	var want int64
+	if p.inFrame {
+		want = p.remaining
+	}
+	if want < readAhead {
+		want += max((readAhead-want)/frameSize, 1) * frameSize
+	}
+	return int(min(want, readAhead))
+}

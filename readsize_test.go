@@ -1,0 +1,45 @@
+package rally
+
+import (
+	"testing"
+
+	"github.com/rallyws/rally/frame"
+)
+
+// maskedFrame is a client's frame of n payload bytes of op.
+func maskedFrame(op frame.Opcode, n int) []byte {
+	h := frame.Header{Fin: true, Opcode: op, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Length: int64(n)}
+	b := frame.Append(nil, h)
+	return append(b, make([]byte, n)...)
+}
+
+func TestReadsAskForWholeLargeFrames(t *testing.T) {
+	big := maskedFrame(frame.OpBinary, 64<<10) // 65550 bytes with its header
+	for _, c := range []struct {
+		name string
+		fed  []byte // what the parser has consumed
+		want int
+	}{
+		{"nothing yet: the default buffer", nil, 0},
+		{"after 1 KiB frames: the default buffer", maskedFrame(frame.OpBinary, 1<<10), 0},
+		{"after a ping: the default buffer", maskedFrame(frame.OpPing, 5), 0},
+		{"after a 64 KiB frame: three more whole ones", big, 3 * len(big)},
+		{"inside a 64 KiB frame: its rest and the whole ones that fit", big[:1000], len(big) - 1000 + 3*len(big)},
+		{"inside a header: the default buffer", big[:3], 0},
+		{"after a 16 KiB frame: as many whole ones as fit", maskedFrame(frame.OpBinary, 16<<10), 15 * (16<<10 + 8)},
+		{"inside a 1 MiB frame: at most readAhead", maskedFrame(frame.OpBinary, 1<<20)[:100], readAhead},
+		{"after a 1 MiB frame: readAhead of the next", maskedFrame(frame.OpBinary, 1<<20), readAhead},
+	} {
+		p := parser{server: true}
+		for in := c.fed; len(in) > 0; {
+			_, n, err := p.next(in)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			in = in[n:]
+		}
+		if got := p.readSize(); got != c.want {
+			t.Errorf("%s: readSize %d, want %d", c.name, got, c.want)
+		}
+	}
+}
