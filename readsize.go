@@ -33,3 +33,8 @@ func (p *parser) readSize() int {
 	}
 	return int(min(want, readAhead))
 }
+
+// corkMax is how many bytes a cork gathers before the sends into it go out
+// at once (send.go): a socket buffer's worth, far more than a batch of small
+// messages needs to leave in one write.
+const corkMax = 256 << 10

@@ -1,7 +1,9 @@
 package rally
 
 import (
+	"io"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally/frame"
 )
@@ -42,4 +44,31 @@ func TestReadsAskForWholeLargeFrames(t *testing.T) {
 			t.Errorf("%s: readSize %d, want %d", c.name, got, c.want)
 		}
 	}
+}
+
+// A cork that has gathered corkMax bytes lets the sends after them go out
+// at once: the peer reads the first frame while the cork is still held.
+func TestACorkHoldingCorkMaxBytesSendsWithoutWaitingForItsEnd(t *testing.T) {
+	a, peer := socketPair(t)
+	t.Cleanup(func() { peer.Close() })
+	c := newConn(a, nil, true, "", nil)
+	t.Cleanup(func() { c.CloseNow() })
+	msg := make([]byte, 64<<10)
+	c.Cork(func() {
+		for range corkMax/len(msg) + 1 {
+			if _, err := c.Send(Binary, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Only a safety net: the bytes are in the socket already, or
+		// never will be until the cork ends.
+		peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var hdr [4]byte
+		if _, err := io.ReadFull(peer, hdr[:]); err != nil {
+			t.Fatalf("reading the first frame inside the cork: %v", err)
+		}
+		if hdr != [4]byte{0x82, 127, 0, 0} {
+			t.Fatalf("first frame starts % x, want a final binary frame with a 64-bit length", hdr)
+		}
+	})
 }

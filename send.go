@@ -129,7 +129,11 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		c.unlockWrite()
 		return Queued, nil
 	}
-	corked := c.corkedLocked(g)
+	// A cork stops gathering once it holds corkMax bytes: past that one
+	// write per batch gains nothing, and holding more only grows the queue
+	// (a receiver joined by many publishers' overlapping batches would
+	// otherwise wait for all of them to end).
+	corked := c.corkedLocked(g) && q.queued() < corkMax
 	seq, err := c.enqueueLocked(&f, !corked, false)
 	status := Sent
 	switch {
