@@ -530,7 +530,8 @@ func (r *run) chat(ctx context.Context, res *Result) error {
 				if t0 >= r.startNs.Load() {
 					inWindow = append(inWindow, time.Duration(t-t0))
 				}
-			} else if t0 >= r.startNs.Load() {
+			} else {
+				// Begun in the warm-up or the window, and cut by its end.
 				open = time.Duration(r.endNs.Load() - t0)
 			}
 		}
