@@ -38,3 +38,9 @@ func (p *parser) readSize() int {
 // at once (send.go): a socket buffer's worth, far more than a batch of small
 // messages needs to leave in one write.
 const corkMax = 256 << 10
+
+// largeSend is the frame size from which a send into a cork that has
+// gathered nothing yet is written at once (send.go): a write of the
+// caller's bytes, header and payload, costs less than copying them into the
+// queue, and one write per frame that large gains little from batching.
+const largeSend = 64 << 10

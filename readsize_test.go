@@ -72,3 +72,29 @@ func TestACorkHoldingCorkMaxBytesSendsWithoutWaitingForItsEnd(t *testing.T) {
 		}
 	})
 }
+
+// A frame of largeSend bytes or more sent into a cork that holds nothing
+// is written at once, from the caller's bytes; a small one after it is
+// gathered as before.
+func TestALargeSendIntoAnEmptyCorkIsWrittenAtOnce(t *testing.T) {
+	a, peer := socketPair(t)
+	t.Cleanup(func() { peer.Close() })
+	c := newConn(a, nil, true, "", nil)
+	t.Cleanup(func() { c.CloseNow() })
+	c.Cork(func() {
+		if st, err := c.Send(Binary, make([]byte, largeSend)); st != Sent || err != nil {
+			t.Fatalf("large Send = %v %v, want sent", st, err)
+		}
+		peer.SetReadDeadline(time.Now().Add(10 * time.Second)) // only a safety net
+		var hdr [4]byte
+		if _, err := io.ReadFull(peer, hdr[:]); err != nil {
+			t.Fatalf("reading the large frame inside the cork: %v", err)
+		}
+		if _, err := c.Send(Text, []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.BufferedAmount(); n != 7 {
+			t.Fatalf("BufferedAmount %d after a small send into the cork, want 7 (gathered)", n)
+		}
+	})
+}

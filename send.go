@@ -133,7 +133,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	// write per batch gains nothing, and holding more only grows the queue
 	// (a receiver joined by many publishers' overlapping batches would
 	// otherwise wait for all of them to end).
-	corked := c.corkedLocked(g) && q.queued() < corkMax
+	corked := c.corkedLocked(g) && q.queued() < corkMax && (size < largeSend || q.queued() > 0)
 	seq, err := c.enqueueLocked(&f, !corked, false)
 	status := Sent
 	switch {
