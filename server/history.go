@@ -225,6 +225,24 @@ func (h *histHub) deliver(topic string, offset, prev uint64, env []byte) {
 	}
 }
 
+// broadcast sends b to the live subscribers of topic here but from,
+// without a position: presence events.
+func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
+	h.mu.RLock()
+	t := h.topics[topic]
+	h.mu.RUnlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c, s := range t.subs {
+		if c != from && !s.buffering {
+			c.Send(rally.Text, b)
+		}
+	}
+}
+
 // goLive sends c the messages its buffer holds after offset, then makes
 // it live. It reports false if sub is no longer c's subscription to
 // topic, or its buffer overflowed (c is closed with 4010 then).
