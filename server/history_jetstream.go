@@ -6,19 +6,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"time"
 
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
-// storeDir is where the embedded NATS server keeps the history: StoreDir,
-// or a directory of the node's name under the system's temporary one.
-func (h *HistoryConfig) storeDir(node string) string {
+// storeDir is where the embedded NATS server listening on addr keeps the
+// history: StoreDir, or a directory named after addr under the system's
+// temporary one (the same after a restart on the same address).
+func (h *HistoryConfig) storeDir(addr string) string {
 	if h.StoreDir != "" {
 		return h.StoreDir
 	}
-	return filepath.Join(os.TempDir(), "rally-jetstream-"+node)
+	name := strings.Map(func(r rune) rune {
+		if r == ':' || r == '/' || r == '[' || r == ']' {
+			return '_'
+		}
+		return r
+	}, addr)
+	return filepath.Join(os.TempDir(), "rally-jetstream-"+name)
 }
 
 // jsHistory is the history of nodes joined by NATS: a JetStream stream
