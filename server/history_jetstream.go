@@ -10,6 +10,7 @@ import (
 
 	"time"
 
+	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
@@ -36,7 +37,7 @@ func (h *HistoryConfig) storeDir(addr string) string {
 type jsHistory struct {
 	h       *natsbroker.History
 	timeout time.Duration
-	deliver func(topic string, offset, prev uint64, env []byte)
+	deliver func(from *rally.Conn, topic string, offset, prev uint64, env []byte)
 }
 
 // opTimeout bounds one request to JetStream.
@@ -63,10 +64,10 @@ func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
 
 func (j *jsHistory) handle(r natsbroker.Record) {
 	env := positionedEnvelope(r.Topic, r.Seq, j.h.Epoch(), r.Data, r.Base64)
-	j.deliver(r.Topic, r.Seq, r.Prev, env)
+	j.deliver(nil, r.Topic, r.Seq, r.Prev, env)
 }
 
-func (j *jsHistory) publish(topic string, data []byte, base64 bool) (position, error) {
+func (j *jsHistory) publish(_ *rally.Conn, topic string, data []byte, base64 bool) (position, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
 	defer cancel()
 	seq, err := j.h.Publish(ctx, topic, data, base64)
