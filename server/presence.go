@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,7 +189,7 @@ func (p *presence) beat() {
 	round := p.round
 	var states []announcement
 	for topic, ms := range p.local {
-		all := slices.Collect(mapValues(ms))
+		all := slices.Collect(maps.Values(ms))
 		for len(all) > 0 {
 			n := min(len(all), maxStateMembers)
 			states = append(states, announcement{Event: "state", Topic: topic, Members: all[:n], Round: round})
@@ -200,16 +201,6 @@ func (p *presence) beat() {
 		p.announce(a)
 	}
 	p.announce(announcement{Event: "beat", Round: round, Parts: len(states)})
-}
-
-func mapValues(m map[string]member) func(func(member) bool) {
-	return func(yield func(member) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
 }
 
 // expire drops the nodes not heard of for ttl, and their members.
