@@ -29,6 +29,7 @@ type frame struct {
 	Client    string          `json:"client"`
 	User      string          `json:"user"`
 	Count     int             `json:"count"`
+	Users     int             `json:"users"`
 	Members   []struct {
 		Client string `json:"client"`
 		User   string `json:"user"`

@@ -428,13 +428,18 @@ func (s *Server) presenceAnswer(ss *wsSession, req *request) []byte {
 	if ms == nil {
 		ms = []member{}
 	}
+	users := map[string]bool{}
+	for _, m := range ms {
+		users[m.User] = true
+	}
 	b, _ := json.Marshal(struct {
 		Type    string          `json:"type"`
 		ID      json.RawMessage `json:"id,omitempty"`
 		Topic   string          `json:"topic"`
 		Count   int             `json:"count"`
+		Users   int             `json:"users"`
 		Members []member        `json:"members"`
-	}{"presence", req.ID, req.Topic, len(ms), ms})
+	}{"presence", req.ID, req.Topic, len(ms), len(users), ms})
 	return b
 }
 
