@@ -37,8 +37,11 @@ type joinedPeer struct {
 
 // Cork runs f with the sends this goroutine makes on c gathered: they
 // leave together, in one system call where the kernel takes them, when f
-// returns. Sends from other goroutines are not held. A blocking Write
-// inside f flushes what was gathered first, so it cannot wait on itself.
+// returns. A cork gathers at most 256 KiB: sends past that go out at once
+// (in order), as does a frame of 64 KiB or more sent while the cork holds
+// nothing (written from the caller's bytes, not copied). Sends from other
+// goroutines are not held. A blocking Write inside f flushes what was
+// gathered first, so it cannot wait on itself.
 // Corks nest. A Server corks automatically around the callbacks of each
 // batch of frames it reads.
 func (c *Conn) Cork(f func()) {

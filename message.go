@@ -38,10 +38,13 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			return MessageType(ev.op), ev.payload, nil
 		}
 		if ev.first {
-			if err := c.chargeMessage(0, len(ev.payload)); err != nil {
+			// Room for the rest of the frame, up to twice what arrived
+			// (what the first growth would take), so it is copied once.
+			n := len(ev.payload) + int(min(c.rd.p.remaining, int64(len(ev.payload))))
+			if err := c.chargeMessage(0, n); err != nil {
 				return 0, nil, err
 			}
-			m.buf = bufpool.Get(len(ev.payload))
+			m.buf = bufpool.Get(n)
 			m.typ = MessageType(ev.op)
 		}
 		if need := len(*m.buf) + len(ev.payload); need > cap(*m.buf) {

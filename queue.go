@@ -386,6 +386,10 @@ func (q *sendQueue) appendBytes(b []byte) {
 
 // reserve makes room for n more bytes in the main lane, compacting taken
 // bytes away before growing (never those being written: invariant 8).
+// It compacts only when the taken bytes are at least a quarter of those it
+// would move: a queue of megabytes that the peer drains a little at a time
+// is not moved for each frame appended (each byte is moved at most four
+// times per byte taken); it grows instead, to twice its size at most.
 func (q *sendQueue) reserve(n int) {
 	if q.buf == nil {
 		q.buf = bufpool.Get(n)
@@ -395,7 +399,7 @@ func (q *sendQueue) reserve(n int) {
 	if len(b)+n <= cap(b) {
 		return
 	}
-	if q.busy == 0 && q.head > 0 {
+	if q.busy == 0 && q.head > 0 && 4*q.head >= len(b)-q.head {
 		m := copy(b, b[q.head:])
 		for i := q.first; i < len(q.recs); i++ {
 			q.recs[i].end -= q.head

@@ -311,6 +311,9 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 // connection waiting for data on a socket holds none.
 func (c *Conn) fill() error {
 	c.rd.in = nil
+	if st, ok := c.t.(*socketTransport); ok {
+		st.rsize = c.rd.p.readSize() // whole large frames per read (readsize.go)
+	}
 	buf, n, err := c.t.read(c.rd.buf)
 	c.rd.buf = buf
 	if err != nil {

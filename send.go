@@ -129,7 +129,13 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		c.unlockWrite()
 		return Queued, nil
 	}
-	corked := c.corkedLocked(g)
+	// A cork stops gathering once it holds corkMax bytes: past that one
+	// write per batch gains nothing, and holding more only grows the queue
+	// (a receiver joined by many publishers' overlapping batches would
+	// otherwise wait for all of them to end). A frame of largeSend bytes or
+	// more into a cork that holds nothing is written at once, from the
+	// caller's bytes, rather than copied into the queue.
+	corked := c.corkedLocked(g) && q.queued() < corkMax && (size < largeSend || q.queued() > 0)
 	seq, err := c.enqueueLocked(&f, !corked, false)
 	status := Sent
 	switch {

@@ -113,9 +113,10 @@ type socketTransport struct {
 	readFn  func(fd uintptr) bool
 
 	// The read side's, owned by the reading goroutine.
-	rbuf *[]byte
-	rn   int
-	rerr error
+	rbuf  *[]byte
+	rsize int // bytes the next read asks for; 0: all of a readBufferSize buffer
+	rn    int
+	rerr  error
 
 	// flushQueue's, owned by the flushing goroutine.
 	flushFn func(fd uintptr) bool
@@ -202,10 +203,15 @@ func (t *socketTransport) read(buf *[]byte) (*[]byte, int, error) {
 // doRead borrows a buffer only once the socket has data, and gives it back
 // before waiting.
 func (t *socketTransport) doRead(fd uintptr) bool {
-	if t.rbuf == nil {
-		t.rbuf = bufpool.Get(readBufferSize)
+	if t.rbuf == nil || cap(*t.rbuf) < t.rsize {
+		bufpool.Put(t.rbuf)
+		t.rbuf = bufpool.Get(max(readBufferSize, t.rsize))
 	}
-	n, err := readFd(fd, (*t.rbuf)[:cap(*t.rbuf)])
+	p := (*t.rbuf)[:cap(*t.rbuf)]
+	if t.rsize > 0 {
+		p = p[:t.rsize]
+	}
+	n, err := readFd(fd, p)
 	if err == errAgain {
 		bufpool.Put(t.rbuf)
 		t.rbuf = nil

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -122,7 +121,6 @@ func TestTextWithInvalidUTF8IsSentUnchanged(t *testing.T) {
 // socket buffers are then full. It returns how many were sent.
 func fillUntilQueued(t *testing.T, c *rally.Conn, p *rawpeer.Peer, size int) int {
 	t.Helper()
-	shrinkReceiveBuffer(p)
 	msg := make([]byte, size)
 	for n := 1; ; n++ {
 		st, err := c.Send(rally.Binary, msg)
@@ -138,14 +136,6 @@ func fillUntilQueued(t *testing.T, c *rally.Conn, p *rawpeer.Peer, size int) int
 		if n > 10_000 {
 			t.Fatal("the socket buffers never filled")
 		}
-	}
-}
-
-// shrinkReceiveBuffer makes the peer's socket take little before it pushes
-// back, so that filling it costs little time.
-func shrinkReceiveBuffer(p *rawpeer.Peer) {
-	if tc, ok := p.NetConn().(*net.TCPConn); ok {
-		tc.SetReadBuffer(16 << 10)
 	}
 }
 
@@ -195,7 +185,6 @@ func TestWriteWhoseContextEndsMidFrameFailsTheConnection(t *testing.T) {
 		// On an idle connection the first bytes of the frame leave at once;
 		// the socket buffers cannot take 16 MiB, so the rest waits, and the
 		// context has already ended.
-		shrinkReceiveBuffer(p)
 		canceled, cancel := context.WithCancel(context.Background())
 		cancel()
 		err := c.Write(canceled, rally.Binary, make([]byte, 16<<20))

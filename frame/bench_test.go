@@ -84,12 +84,17 @@ func BenchmarkUTF8(b *testing.B) {
 			}
 		}
 		b.Run(name+"/Feed", feed)
-		b.Run(name+"/Feed-automaton", func(b *testing.B) {
-			saved := useSIMD
-			useSIMD = false
-			defer func() { useSIMD = saved }()
-			feed(b)
-		})
+		for _, path := range []simdPath{simdNone, simdSSE} {
+			if !runnable(path) || path == bestSIMD {
+				continue
+			}
+			b.Run(name+"/Feed-"+path.String(), func(b *testing.B) {
+				saved := useSIMD
+				useSIMD = path
+				defer func() { useSIMD = saved }()
+				feed(b)
+			})
+		}
 		b.Run(name+"/ValidUTF8", func(b *testing.B) {
 			b.SetBytes(int64(len(p)))
 			for b.Loop() {

@@ -73,11 +73,11 @@ func FuzzUTF8(f *testing.F) {
 		// validator sees it whole, not only through the automaton.
 		long := append(bytes.Repeat([]byte{'x'}, simdMin+int(cut1)%37), data...)
 		for _, p := range [][]byte{data, long} {
-			for _, simd := range []bool{false, haveSIMD} {
-				useSIMD = simd
+			for _, path := range simdPaths() {
+				useSIMD = path
 				checkUTF8Splits(t, p, int(cut1), int(cut2))
 			}
-			useSIMD = haveSIMD
+			useSIMD = bestSIMD
 		}
 	})
 }
@@ -89,7 +89,7 @@ func checkUTF8Splits(t *testing.T, data []byte, cut1, cut2 int) {
 	valid := utf8.Valid(data)
 	want := oracleInvalidAt(data)
 	if got := ValidUTF8(data); got != valid {
-		t.Fatalf("simd %v: ValidUTF8(%x) = %v, utf8.Valid = %v", useSIMD, data, got, valid)
+		t.Fatalf("path %v: ValidUTF8(%x) = %v, utf8.Valid = %v", useSIMD, data, got, valid)
 	}
 	i, j := cut1%(len(data)+1), cut2%(len(data)+1)
 	if i > j {
@@ -98,13 +98,13 @@ func checkUTF8Splits(t *testing.T, data []byte, cut1, cut2 int) {
 	for _, parts := range [][][]byte{{data}, {data[:i], data[i:]}, {data[:i], data[i:j], data[j:]}} {
 		at, complete := feedParts(parts...)
 		if at != want || complete != valid {
-			t.Fatalf("simd %v: %x in %d parts cut at %d,%d: fails at %d, complete %v; oracle %d, utf8.Valid %v",
+			t.Fatalf("path %v: %x in %d parts cut at %d,%d: fails at %d, complete %v; oracle %d, utf8.Valid %v",
 				useSIMD, data, len(parts), i, j, at, complete, want, valid)
 		}
 	}
 	key := [4]byte{byte(cut1), byte(cut2), 0xa5, 0x3c}
 	if at, complete, unmasked := feedMaskedParts(data, key, i); at != want || complete != valid || !unmasked {
-		t.Fatalf("simd %v: %x masked, cut at %d: fails at %d, complete %v, unmasked %v; oracle %d, utf8.Valid %v",
+		t.Fatalf("path %v: %x masked, cut at %d: fails at %d, complete %v, unmasked %v; oracle %d, utf8.Valid %v",
 			useSIMD, data, i, at, complete, unmasked, want, valid)
 	}
 }

@@ -125,14 +125,25 @@ func scanDFA(s uint64, p []byte) (uint64, int) {
 // automaton spends on the bytes.
 const simdMin = 64
 
-// useSIMD selects the vector validator where the machine has one; tests turn
-// it off to run the automaton alone on the same inputs.
-var useSIMD = haveSIMD
+// simdPath names a validator: the automaton alone, or a vector validator
+// that checks the bulk of long inputs.
+type simdPath uint8
+
+const (
+	simdNone simdPath = iota // the automaton alone
+	simdSSE                  // SSSE3 and SSE4.1, 16 bytes per instruction (amd64)
+	simdAVX2                 // AVX2, 32 bytes per instruction (amd64)
+)
+
+// useSIMD selects the validator: bestSIMD, the fastest this machine runs;
+// tests set it to each path the machine has, the automaton included, to run
+// them all on the same inputs.
+var useSIMD = bestSIMD
 
 // scan is scanDFA, with the bulk of a long p checked by the vector
 // validator.
 func scan(s uint64, p []byte) (uint64, int) {
-	if useSIMD && len(p) >= simdMin {
+	if useSIMD != simdNone && len(p) >= simdMin {
 		return scanSIMD(s, p)
 	}
 	return scanDFA(s, p)
@@ -150,7 +161,7 @@ func scanSIMD(s uint64, p []byte) (uint64, int) {
 	}
 	r := 1
 	if len(p)-i >= simdMin {
-		r = lookupAVX2(p[i:])
+		r = lookup(p[i:])
 	}
 	return afterLookup(p, i, r)
 }
@@ -189,10 +200,10 @@ func afterLookup(p []byte, i, r int) (uint64, int) {
 // U+10FFFF, stray continuation bytes and the bytes C0, C1 and F5-FF are
 // invalid; so E0 80 fails at 80, ED A0 at A0, F4 90 at 90, C0 at C0.
 //
-// On amd64 with AVX2, inputs of 64 bytes or more are checked with vector
-// instructions, 32 bytes at a time, and shorter ones by a table automaton,
-// as everywhere else (and in builds with the purego tag); the results are the
-// same.
+// On amd64, inputs of 64 bytes or more are checked with vector instructions,
+// 32 bytes at a time with AVX2 or 16 with SSE4 where AVX2 is missing, and
+// shorter ones by a table automaton, as everywhere else (and in builds with
+// the purego tag); the results are the same.
 //
 // The zero value is ready to use. A UTF8 holds no reference to the bytes it
 // was fed. It is not safe for concurrent use.
@@ -209,7 +220,7 @@ func (v *UTF8) Feed(p []byte) int {
 		return 0
 	}
 	var i int
-	if useSIMD && len(p) >= simdMin {
+	if useSIMD != simdNone && len(p) >= simdMin {
 		v.state, i = scanSIMD(v.state, p)
 	} else {
 		v.state, i = scanDFA(v.state, p)
@@ -226,8 +237,8 @@ func (v *UTF8) Reset() { v.state = sAccept }
 
 // ValidUTF8 reports whether p is valid UTF-8 under the same rules as UTF8.
 func ValidUTF8(p []byte) bool {
-	if useSIMD && len(p) >= simdMin {
-		return lookupAVX2(p) == 0
+	if useSIMD != simdNone && len(p) >= simdMin {
+		return lookup(p) == 0
 	}
 	s, _ := scanDFA(sAccept, p)
 	return s == sAccept
@@ -239,7 +250,7 @@ func ValidUTF8(p []byte) bool {
 // what Feed would return. All of p is unmasked whatever the verdict. It is
 // for a server's text frames, which arrive masked.
 func (v *UTF8) FeedMasked(key [4]byte, pos int, p []byte) (next, invalidAt int) {
-	if v.state == sReject || !useSIMD || len(p) < simdMin {
+	if v.state == sReject || useSIMD == simdNone || len(p) < simdMin {
 		next = Mask(key, pos, p)
 		return next, v.Feed(p)
 	}
@@ -260,10 +271,20 @@ func (v *UTF8) FeedMasked(key [4]byte, pos int, p []byte) (next, invalidAt int) 
 		// The vector code unmasks whole 32-byte blocks; the rest first,
 		// at the same key position since 32 is a multiple of 4.
 		Mask(key, pos, body[len(body)&^31:])
-		r = unmaskLookupAVX2(body, keyWord(key, pos))
+		r = unmaskLookup(body, keyWord(key, pos))
 	} else {
 		Mask(key, pos, body)
 	}
 	v.state, invalidAt = afterLookup(p, i, r)
 	return next, invalidAt
+}
+
+func (p simdPath) String() string {
+	switch p {
+	case simdSSE:
+		return "sse"
+	case simdAVX2:
+		return "avx2"
+	}
+	return "automaton"
 }

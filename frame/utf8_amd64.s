@@ -234,3 +234,232 @@ uend:
 	RESULT
 	MOVQ AX, ret+32(FP)
 	RET
+
+// The same algorithm with 16-byte SSE registers, for amd64 machines without
+// AVX2 (SSSE3 for PSHUFB and PALIGNR, SSE4.1 for PTEST). The loops keep the
+// shape of the AVX2 ones, a "block" of 32 bytes being two registers, so that
+// the unmasking variant has the same contract: whole 32-byte blocks are
+// unmasked here, the caller unmasks the rest.
+
+DATA nibble16<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA nibble16<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL nibble16<>(SB), RODATA|NOPTR, $16
+DATA third16<>+0(SB)/8, $0x6060606060606060
+DATA third16<>+8(SB)/8, $0x6060606060606060
+GLOBL third16<>(SB), RODATA|NOPTR, $16
+DATA fourth16<>+0(SB)/8, $0x7070707070707070
+DATA fourth16<>+8(SB)/8, $0x7070707070707070
+GLOBL fourth16<>(SB), RODATA|NOPTR, $16
+DATA high16<>+0(SB)/8, $0x8080808080808080
+DATA high16<>+8(SB)/8, $0x8080808080808080
+GLOBL high16<>(SB), RODATA|NOPTR, $16
+
+// Registers kept across the loops, as in SETUP but 16 bytes wide:
+//   X15 0x0f   X14 prev1High   X13 prev1Low   X12 curHigh
+//   X11 the previous 16 bytes  X10 errors      X9 incomplete
+//   X8 the last 16 bytes of maxTail            X7 0x60   X6 0x70   X5 0x80
+// X0 holds the block being checked; X1-X4 are scratch.
+#define SETUP_SSE \
+	MOVOU nibble16<>(SB), X15; \
+	MOVOU prev1High<>(SB), X14; \
+	MOVOU prev1Low<>(SB), X13; \
+	MOVOU curHigh<>(SB), X12; \
+	PXOR  X11, X11; \
+	PXOR  X10, X10; \
+	PXOR  X9, X9; \
+	MOVOU maxTail<>+16(SB), X8; \
+	MOVOU third16<>(SB), X7; \
+	MOVOU fourth16<>(SB), X6; \
+	MOVOU high16<>(SB), X5
+
+// CHECK_SSE ORs into X10 the errors of the 16 bytes in X0, which follow the
+// 16 bytes in X11, and then moves X0 to X11. PALIGNR takes the bytes one, two
+// and three back from X11:X0; the rest is CHECK's.
+#define CHECK_SSE \
+	MOVO    X0, X2; \
+	PALIGNR $14, X11, X2; \
+	MOVO    X0, X3; \
+	PALIGNR $13, X11, X3; \
+	PSUBUSB X7, X2; \
+	PSUBUSB X6, X3; \
+	POR     X2, X3; \
+	PAND    X5, X3; \
+	MOVO    X0, X1; \
+	PALIGNR $15, X11, X1; \
+	MOVO    X1, X2; \
+	PSRLW   $4, X2; \
+	PAND    X15, X2; \
+	MOVO    X14, X4; \
+	PSHUFB  X2, X4; \
+	PAND    X15, X1; \
+	MOVO    X13, X2; \
+	PSHUFB  X1, X2; \
+	PAND    X2, X4; \
+	MOVO    X0, X1; \
+	PSRLW   $4, X1; \
+	PAND    X15, X1; \
+	MOVO    X12, X2; \
+	PSHUFB  X1, X2; \
+	PAND    X2, X4; \
+	PXOR    X3, X4; \
+	POR     X4, X10; \
+	MOVO    X0, X11
+
+// CHECK_AT checks the 16 bytes at OFF(SI).
+#define CHECK_AT(OFF) \
+	MOVOU OFF(SI), X0; \
+	CHECK_SSE
+
+// INCOMPLETE_SSE sets X9 from the last block checked (now in X11).
+#define INCOMPLETE_SSE \
+	MOVO    X11, X9; \
+	PSUBUSB X8, X9
+
+#define RESULT_SSE \
+	XORQ    AX, AX; \
+	MOVQ    $1, BX; \
+	MOVQ    $2, DX; \
+	PTEST   X9, X9; \
+	CMOVQNE DX, AX; \
+	PTEST   X10, X10; \
+	CMOVQNE BX, AX
+
+// func lookupSSE(p []byte) int
+// As lookupAVX2.
+TEXT ·lookupSSE(SB), NOSPLIT, $0-32
+	MOVQ p_base+0(FP), SI
+	MOVQ p_len+8(FP), CX
+	LEAQ (SI)(CX*1), DI
+	SETUP_SSE
+
+sloop64:
+	CMPQ     CX, $64
+	JB       stail32
+	MOVOU    (SI), X0
+	MOVOU    16(SI), X1
+	MOVOU    32(SI), X2
+	MOVOU    48(SI), X3
+	POR      X0, X1
+	POR      X2, X1
+	POR      X3, X1
+	PMOVMSKB X1, AX
+	TESTL    AX, AX
+	JNZ      stext64
+
+	// ASCII: only a character left open by the block before can be wrong.
+	POR  X9, X10
+	PXOR X9, X9
+	MOVO X3, X11
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP  sloop64
+
+stext64:
+	CHECK_AT(0)
+	CHECK_AT(16)
+	CHECK_AT(32)
+	CHECK_AT(48)
+	INCOMPLETE_SSE
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP  sloop64
+
+stail32:
+	CMPQ CX, $32
+	JB   stail
+	CHECK_AT(0)
+	CHECK_AT(16)
+	INCOMPLETE_SSE
+	ADDQ $32, SI
+	SUBQ $32, CX
+
+stail:
+	TESTQ CX, CX
+	JZ    send
+
+	// The last 32 bytes after the 16 before them, overlapping bytes
+	// already checked: checking those again finds nothing new.
+	MOVOU -48(DI), X11
+	LEAQ  -32(DI), SI
+	CHECK_AT(0)
+	CHECK_AT(16)
+	INCOMPLETE_SSE
+
+send:
+	RESULT_SSE
+	MOVQ AX, ret+24(FP)
+	RET
+
+// UNMASK_SSE XORs the 16 bytes at OFF(SI) with X4 in place, leaving them in R.
+#define UNMASK_SSE(OFF, R) \
+	MOVOU OFF(SI), R; \
+	PXOR  X4, R; \
+	MOVOU R, OFF(SI)
+
+// func unmaskLookupSSE(p []byte, key uint64) int
+// As unmaskLookupAVX2.
+TEXT ·unmaskLookupSSE(SB), NOSPLIT, $0-40
+	MOVQ p_base+0(FP), SI
+	MOVQ p_len+8(FP), CX
+	LEAQ (SI)(CX*1), DI
+	SETUP_SSE
+
+suloop64:
+	CMPQ       CX, $64
+	JB         sutail32
+	MOVQ       key+24(FP), X4
+	PUNPCKLQDQ X4, X4
+	UNMASK_SSE(0, X0)
+	UNMASK_SSE(16, X1)
+	UNMASK_SSE(32, X2)
+	UNMASK_SSE(48, X3)
+	POR        X0, X1
+	POR        X2, X1
+	MOVO       X3, X0
+	POR        X3, X1
+	PMOVMSKB   X1, AX
+	TESTL      AX, AX
+	JNZ        sutext64
+	POR        X9, X10
+	PXOR       X9, X9
+	MOVO       X0, X11
+	ADDQ       $64, SI
+	SUBQ       $64, CX
+	JMP        suloop64
+
+sutext64:
+	CHECK_AT(0)
+	CHECK_AT(16)
+	CHECK_AT(32)
+	CHECK_AT(48)
+	INCOMPLETE_SSE
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP  suloop64
+
+sutail32:
+	CMPQ       CX, $32
+	JB         sutail
+	MOVQ       key+24(FP), X4
+	PUNPCKLQDQ X4, X4
+	UNMASK_SSE(0, X0)
+	UNMASK_SSE(16, X1)
+	CHECK_AT(0)
+	CHECK_AT(16)
+	INCOMPLETE_SSE
+	ADDQ $32, SI
+	SUBQ $32, CX
+
+sutail:
+	TESTQ CX, CX
+	JZ    suend
+	MOVOU -48(DI), X11
+	LEAQ  -32(DI), SI
+	CHECK_AT(0)
+	CHECK_AT(16)
+	INCOMPLETE_SSE
+
+suend:
+	RESULT_SSE
+	MOVQ AX, ret+32(FP)
+	RET

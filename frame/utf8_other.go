@@ -2,11 +2,14 @@
 
 package frame
 
-// haveSIMD is false: this build validates with the automaton only.
-var haveSIMD = false
+// bestSIMD is simdNone: this build validates with the automaton only.
+var bestSIMD = simdNone
 
-func lookupAVX2(p []byte) int { panic("frame: no SIMD validator in this build") }
+func lookup(p []byte) int { panic("frame: no SIMD validator in this build") }
 
-func unmaskLookupAVX2(p []byte, key uint64) int {
+func unmaskLookup(p []byte, key uint64) int {
 	panic("frame: no SIMD validator in this build")
 }
+
+// runnable reports whether this build runs path p: the automaton only.
+func runnable(p simdPath) bool { return p == simdNone }

@@ -5,7 +5,7 @@ package frame
 import "testing"
 
 func TestPuregoBuildValidatesWithTheAutomatonOnly(t *testing.T) {
-	if haveSIMD || useSIMD {
-		t.Fatalf("purego build: haveSIMD %v, useSIMD %v; want the automaton only", haveSIMD, useSIMD)
+	if bestSIMD != simdNone || useSIMD != simdNone || runnable(simdSSE) || runnable(simdAVX2) {
+		t.Fatalf("purego build: bestSIMD %v, useSIMD %v; want the automaton only", bestSIMD, useSIMD)
 	}
 }

@@ -4,26 +4,55 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 )
 
-// onEveryPath runs f once with the automaton alone and once with the vector
-// validator, where the machine has one.
+// allSIMDPaths are the validators of every build, in the order of speed.
+var allSIMDPaths = []simdPath{simdNone, simdSSE, simdAVX2}
+
+// simdPaths are the validators this machine and build run: the automaton
+// always, and each vector validator the CPU has.
+func simdPaths() []simdPath {
+	var ps []simdPath
+	for _, p := range allSIMDPaths {
+		if runnable(p) {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// onEveryPath runs f once with each validator: the automaton alone and each
+// vector validator (a path the machine lacks is skipped, and says so).
 func onEveryPath(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	paths := []struct {
-		name string
-		simd bool
-	}{{"automaton", false}, {"simd", true}}
-	for _, p := range paths {
-		t.Run(p.name, func(t *testing.T) {
-			if p.simd && !haveSIMD {
-				t.Skip("no vector validator on this machine or in this build")
+	for _, p := range allSIMDPaths {
+		t.Run(p.String(), func(t *testing.T) {
+			if !runnable(p) {
+				t.Skipf("no %v validator on this machine or in this build", p)
 			}
 			saved := useSIMD
-			useSIMD = p.simd
+			useSIMD = p
+			t.Cleanup(func() { useSIMD = saved })
+			f(t)
+		})
+	}
+}
+
+// onEveryVectorPath is onEveryPath without the automaton, for tests of the
+// vector validators' own verdicts (lookup, unmaskLookup).
+func onEveryVectorPath(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	for _, p := range allSIMDPaths[1:] {
+		t.Run(p.String(), func(t *testing.T) {
+			if !runnable(p) {
+				t.Skipf("no %v validator on this machine or in this build", p)
+			}
+			saved := useSIMD
+			useSIMD = p
 			t.Cleanup(func() { useSIMD = saved })
 			f(t)
 		})
@@ -154,36 +183,58 @@ func TestFeedMaskedUnmasksEverythingAndStaysInvalidAfterAnError(t *testing.T) {
 }
 
 // TestSIMDDispatchFollowsTheCPUFeatureCheck runs this test binary again with
-// AVX2 turned off through GODEBUG, as a user can, and checks that the child
-// took the automaton; in this process the choice follows the CPU.
+// vector features turned off through GODEBUG, as a user can (none, AVX2,
+// AVX2 and SSE4.1), and checks that each child chose the best validator left
+// and validates with it; in this process the choice follows the CPU.
 func TestSIMDDispatchFollowsTheCPUFeatureCheck(t *testing.T) {
-	if os.Getenv("FRAME_TEST_REPORT_SIMD") == "1" {
-		if useSIMD != haveSIMD {
-			t.Fatalf("useSIMD %v, haveSIMD %v", useSIMD, haveSIMD)
+	if want := os.Getenv("FRAME_TEST_WANT_SIMD"); want != "" {
+		if bestSIMD.String() != want || useSIMD != bestSIMD {
+			t.Fatalf("bestSIMD %v, useSIMD %v; want %s", bestSIMD, useSIMD, want)
 		}
-		if haveSIMD {
-			t.Fatal("SIMD in use")
+		bad := bytes.Clone(mixedText)
+		bad[len(bad)-70] = 0xff
+		if !ValidUTF8(mixedText) || ValidUTF8(bad) {
+			t.Fatalf("%v: ValidUTF8 wrong on a long text", useSIMD)
 		}
 		return
 	}
-	if useSIMD != haveSIMD {
-		t.Fatalf("useSIMD %v, haveSIMD %v; want the CPU's answer", useSIMD, haveSIMD)
+	if useSIMD != bestSIMD {
+		t.Fatalf("useSIMD %v, bestSIMD %v; want the CPU's answer", useSIMD, bestSIMD)
 	}
-	if !haveSIMD {
-		t.Skip("no vector validator on this machine or in this build")
+	// best is the fastest path this machine runs without the paths off.
+	best := func(off ...simdPath) simdPath {
+		b := simdNone
+		for _, p := range allSIMDPaths {
+			if runnable(p) && !slices.Contains(off, p) {
+				b = p
+			}
+		}
+		return b
+	}
+	if bestSIMD != best() {
+		t.Fatalf("bestSIMD %v; the fastest this machine runs is %v", bestSIMD, best())
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run", "^TestSIMDDispatchFollowsTheCPUFeatureCheck$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "FRAME_TEST_REPORT_SIMD=1", "GODEBUG=cpu.avx2=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("with GODEBUG=cpu.avx2=off: %v\n%s", err, out)
+	for _, c := range []struct {
+		godebug string
+		want    simdPath
+	}{
+		{"", best()},
+		{"cpu.avx2=off", best(simdAVX2)},
+		{"cpu.avx2=off,cpu.sse41=off", simdNone},
+	} {
+		cmd := exec.Command(exe, "-test.run", "^TestSIMDDispatchFollowsTheCPUFeatureCheck$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "FRAME_TEST_WANT_SIMD="+c.want.String(), "GODEBUG="+c.godebug)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("with GODEBUG=%s: %v\n%s", c.godebug, err, out)
+		}
 	}
 }
 
-// verdictOK reports whether got is a right answer of lookupAVX2 for p: 0
+// verdictOK reports whether got is a right answer of lookup for p: 0
 // exactly when p is valid; 2 when p is a valid prefix cut inside its last
 // character, or when the only error is in the last character (which starts in
 // the last three bytes and is left to the automaton); 1 for any other error.
@@ -204,45 +255,45 @@ func verdictOK(p []byte, got int) bool {
 	return got == 1
 }
 
-// TestLookupAVX2VerdictMatchesUnicodeUTF8 checks the vector validator's own
+// TestVectorVerdictMatchesUnicodeUTF8 checks the vector validator's own
 // answer, not only the results after the automaton's second look (which
 // would hide a validator that calls everything an error).
-func TestLookupAVX2VerdictMatchesUnicodeUTF8(t *testing.T) {
-	if !haveSIMD {
-		t.Skip("no vector validator on this machine or in this build")
-	}
+func TestVectorVerdictMatchesUnicodeUTF8(t *testing.T) {
 	key := [4]byte{0x9a, 0x01, 0xee, 0x50}
-	for _, p := range utf8Inputs() {
-		if len(p) < simdMin {
-			continue
-		}
-		got := lookupAVX2(p)
-		if !verdictOK(p, got) {
-			t.Fatalf("lookupAVX2(%x) = %d", p, got)
-		}
-		for pos := range 4 {
-			wire := bytes.Clone(p)
-			maskRef(key, pos, wire)
-			whole := len(wire) &^ 31
-			maskRef(key, pos, wire[whole:])
-			if g := unmaskLookupAVX2(wire, keyWord(key, pos)); g != got || !bytes.Equal(wire, p) {
-				t.Fatalf("unmaskLookupAVX2(%x, pos %d) = %d, unmasked %v; lookupAVX2 said %d", p, pos, g, bytes.Equal(wire, p), got)
+	onEveryVectorPath(t, func(t *testing.T) {
+		for _, p := range utf8Inputs() {
+			if len(p) < simdMin {
+				continue
+			}
+			got := lookup(p)
+			if !verdictOK(p, got) {
+				t.Fatalf("lookup(%x) = %d", p, got)
+			}
+			for pos := range 4 {
+				wire := bytes.Clone(p)
+				maskRef(key, pos, wire)
+				whole := len(wire) &^ 31
+				maskRef(key, pos, wire[whole:])
+				if g := unmaskLookup(wire, keyWord(key, pos)); g != got || !bytes.Equal(wire, p) {
+					t.Fatalf("unmaskLookup(%x, pos %d) = %d, unmasked %v; lookup said %d", p, pos, g, bytes.Equal(wire, p), got)
+				}
 			}
 		}
-	}
+	})
 }
 
-// TestLookupAVX2AgreesOnEveryShortSequenceAtEveryLanePosition puts every
+// TestVectorValidatorAgreesOnEveryShortSequenceAtEveryLanePosition puts every
 // 2-byte sequence and every 3- and 4-byte sequence of range-boundary bytes
 // into ASCII at places that straddle the 16-byte lanes, the 32-byte blocks
 // and the end of the text. Under -short it takes one place inside the text
 // and leaves the 4-byte sequences to FuzzUTF8.
-func TestLookupAVX2AgreesOnEveryShortSequenceAtEveryLanePosition(t *testing.T) {
-	if !haveSIMD {
-		t.Skip("no vector validator on this machine or in this build")
-	}
+func TestVectorValidatorAgreesOnEveryShortSequenceAtEveryLanePosition(t *testing.T) {
+	onEveryVectorPath(t, checkShortSequencesAtEveryLanePosition)
+}
+
+func checkShortSequencesAtEveryLanePosition(t *testing.T) {
 	edge := []byte{0x00, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed, 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff}
-	places := []int{0, 14, 15, 30, 31, 33, 62, 63, 90}
+	places := []int{0, 14, 15, 30, 31, 33, 46, 47, 62, 63, 78, 90}
 	if testing.Short() {
 		places = []int{30} // across the first block's lanes and into the second
 	}
@@ -256,8 +307,8 @@ func TestLookupAVX2AgreesOnEveryShortSequenceAtEveryLanePosition(t *testing.T) {
 		p := buf[:95] // the last block overlaps the one before it
 		for _, at := range places {
 			copy(p[at:], seq)
-			if got := lookupAVX2(p); got != want {
-				t.Fatalf("%x at %d of %d bytes: lookupAVX2 = %d, want %d", seq, at, len(p), got, want)
+			if got := lookup(p); got != want {
+				t.Fatalf("%x at %d of %d bytes: lookup = %d, want %d", seq, at, len(p), got, want)
 			}
 			copy(p[at:], "aaaa"[:len(seq)])
 		}
@@ -265,8 +316,8 @@ func TestLookupAVX2AgreesOnEveryShortSequenceAtEveryLanePosition(t *testing.T) {
 		p = buf
 		at := len(p) - len(seq)
 		copy(p[at:], seq)
-		if got := lookupAVX2(p); !verdictOK(p, got) {
-			t.Fatalf("%x at the end of %d bytes: lookupAVX2 = %d", seq, len(p), got)
+		if got := lookup(p); !verdictOK(p, got) {
+			t.Fatalf("%x at the end of %d bytes: lookup = %d", seq, len(p), got)
 		}
 		copy(p[at:], "aaaa"[:len(seq)])
 	}

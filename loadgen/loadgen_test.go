@@ -217,6 +217,14 @@ func TestChatCountsEveryDeliveryToEveryClient(t *testing.T) {
 	if res.Messages == 0 || res.Unit != "deliveries" {
 		t.Fatalf("no deliveries counted: %+v", res)
 	}
+	if res.Rounds == nil || res.Rounds.Completed == 0 {
+		t.Fatalf("rounds %+v; want round 1 counted", res.Rounds)
+	}
+	var sum strings.Builder
+	res.WriteSummary(&sum)
+	if !strings.Contains(sum.String(), " stalled (over 4x the median)") {
+		t.Fatalf("summary has no stalled rounds:\n%s", sum.String())
+	}
 }
 
 func TestChatReportsAServerThatOnlyEchoesToTheSender(t *testing.T) {

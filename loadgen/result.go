@@ -51,10 +51,12 @@ type Result struct {
 	// ErrorSamples are the most frequent error messages with their counts.
 	ErrorSamples []string `json:"error_samples,omitempty"`
 	// Timeline is the count in each whole second of the window.
-	Timeline []int64      `json:"timeline"`
-	Idle     *IdleStats   `json:"idle,omitempty"`
-	Server   *ServerStats `json:"server,omitempty"`
-	Machine  MachineStats `json:"machine"`
+	Timeline []int64 `json:"timeline"`
+	// Rounds are chat's rounds in the window, stalled ones counted.
+	Rounds  *RoundStats  `json:"rounds,omitempty"`
+	Idle    *IdleStats   `json:"idle,omitempty"`
+	Server  *ServerStats `json:"server,omitempty"`
+	Machine MachineStats `json:"machine"`
 }
 
 // ServerStats is the server's cost in the window, read from /proc when
@@ -166,6 +168,10 @@ func (r *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, " (%.1f MiB/s of payload)", r.MiBPerSecond)
 		}
 		fmt.Fprintln(w)
+	}
+	if rs := r.Rounds; rs != nil {
+		fmt.Fprintf(w, "  rounds    %d in the window, median %s, max %s, %d stalled (over %gx the median)\n",
+			rs.Completed, Micros(rs.MedianMs*1e3), Micros(rs.MaxMs*1e3), rs.Stalled, rs.Factor)
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "  latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", Micros(l.P50), Micros(l.P90), Micros(l.P99), Micros(l.P999), Micros(l.Max))

@@ -508,6 +508,8 @@ func (r *run) chat(ctx context.Context, res *Result) error {
 		}()
 	}
 	var rounds atomic.Int64
+	var inWindow []time.Duration // rounds begun and ended in the window
+	var open time.Duration       // the round cut by the window's end: its age then
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -523,8 +525,14 @@ func (r *run) chat(ctx context.Context, res *Result) error {
 				ch <- t0
 			}
 			round.Wait()
-			if r.now() < r.endNs.Load() && !r.ending.Load() {
+			if t := r.now(); t < r.endNs.Load() && !r.ending.Load() {
 				rounds.Add(1)
+				if t0 >= r.startNs.Load() {
+					inWindow = append(inWindow, time.Duration(t-t0))
+				}
+			} else {
+				// Begun in the warm-up or the window, and cut by its end.
+				open = time.Duration(r.endNs.Load() - t0)
 			}
 		}
 	}()
@@ -536,6 +544,7 @@ func (r *run) chat(ctx context.Context, res *Result) error {
 		r.errs.add(fmt.Errorf("chat: no round completed: each client must receive every message of the room (%d per round)", n*r.cfg.InFlight))
 	}
 	r.finish(res, m, workers)
+	res.Rounds = roundStats(inWindow, open)
 	return nil
 }
 

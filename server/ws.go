@@ -18,6 +18,18 @@ type wsSession struct {
 	grant  *grant
 	subs   int         // topics subscribed to
 	expiry *time.Timer // closes the connection when the token expires
+	// hist holds the history topics subscribed to (their subscriptions
+	// are in the server's histHub, not the pubsub hub).
+	hist map[string]bool
+	// client is the connection's id in presence (made on its first
+	// subscribe to a presence topic); pres the presence topics it is a
+	// member of.
+	client string
+	pres   map[string]bool
+	// histOut queues this connection's publishes on history topics for
+	// the goroutine that stores them in JetStream, in order (nil until
+	// the first; with the memory history they are stored at once).
+	histOut chan histPub
 }
 
 // request is one message from a /ws client.
@@ -27,6 +39,10 @@ type request struct {
 	Data  json.RawMessage `json:"data"`
 	ID    json.RawMessage `json:"id"`
 	Self  bool            `json:"self"`
+	// Offset and Epoch, on a subscribe, are the last position the client
+	// saw: it asks for what it missed since.
+	Offset *uint64 `json:"offset"`
+	Epoch  string  `json:"epoch"`
 }
 
 // Error codes of error frames (docs/PROTOCOL.md).
@@ -38,6 +54,7 @@ const (
 	codeLimit         = "limit"         // too many subscriptions
 	codeTooLarge      = "too_large"     // other nodes do not carry a message this large
 	codeUnavailable   = "unavailable"   // other nodes could not be reached
+	codeNoPresence    = "no_presence"   // a presence request on a topic without presence
 	reasonTokenExpiry = "token expired"
 )
 
@@ -49,6 +66,12 @@ func (s *Server) wsOpen(c *rally.Conn) {
 func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	ss := c.Data().(*wsSession)
 	s.wsConns.Add(-1)
+	for topic := range ss.hist {
+		s.histHub.remove(c, topic)
+	}
+	for topic := range ss.pres {
+		s.presence.leave(topic, ss.client)
+	}
 	s.subs.Add(int64(-ss.subs))
 	s.m.subscriptions.Sub(float64(ss.subs))
 	s.closed("ws")(c, ce)
@@ -91,12 +114,15 @@ func (s *Server) wsMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 	case "publish":
 		s.count(req.Type, len(p))
 		s.reply(c, s.wsPublish(c, ss, &req))
+	case "presence":
+		s.count(req.Type, len(p))
+		s.reply(c, s.presenceAnswer(ss, &req))
 	case "":
 		s.count("unknown", len(p))
 		s.reply(c, errorFrame(id, codeBadRequest, `"type" is missing`))
 	default:
 		s.count("unknown", len(p))
-		s.reply(c, errorFrame(id, codeUnknownType, "type "+strconv.Quote(req.Type)+" is not subscribe, unsubscribe or publish"))
+		s.reply(c, errorFrame(id, codeUnknownType, "type "+strconv.Quote(req.Type)+" is not subscribe, unsubscribe, publish or presence"))
 	}
 }
 
@@ -112,12 +138,29 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if !ss.grant.maySubscribe(req.Topic) {
 		return errorFrame(req.ID, codeForbidden, "the token does not allow subscribing to "+strconv.Quote(req.Topic))
 	}
-	if s.hub.IsSubscribed(c, req.Topic) {
+	if ss.hist[req.Topic] || s.hub.IsSubscribed(c, req.Topic) {
 		return ack(req.ID)
 	}
 	if s.cfg.MaxSubscriptions > 0 && ss.subs >= s.cfg.MaxSubscriptions {
 		s.m.refusals.WithLabelValues("subscriptions").Inc()
 		return errorFrame(req.ID, codeLimit, "a connection may subscribe to at most "+strconv.Itoa(s.cfg.MaxSubscriptions)+" topics")
+	}
+	var from *position
+	if req.Offset != nil && req.Epoch != "" {
+		from = &position{*req.Offset, req.Epoch}
+	}
+	client := s.joinPresence(c, ss, req.Topic)
+	if s.historyOf(req.Topic) {
+		if ss.hist == nil {
+			ss.hist = map[string]bool{}
+		}
+		ss.hist[req.Topic] = true
+		ss.subs++
+		s.subs.Add(1)
+		s.m.subscriptions.Inc()
+		// The answer comes from subscribeHistory, id or not.
+		s.subscribeHistory(c, req.Topic, req.ID, from, client)
+		return nil
 	}
 	if err := s.hub.Subscribe(c, req.Topic); err != nil {
 		if errors.Is(err, rally.ErrClosed) {
@@ -130,17 +173,52 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	ss.subs++
 	s.subs.Add(1)
 	s.m.subscriptions.Inc()
+	if from != nil {
+		no := false
+		return subscribeAck(req.ID, req.Topic, &recovery{reason: reasonNoHistory}, &no, client)
+	}
+	if client != "" {
+		return subscribeAck(req.ID, req.Topic, nil, nil, client)
+	}
 	return ack(req.ID)
+}
+
+// joinPresence makes c a member of topic if it has presence, and returns
+// c's client id then ("" otherwise).
+func (s *Server) joinPresence(c *rally.Conn, ss *wsSession, topic string) string {
+	if !s.presenceOf(topic) {
+		return ""
+	}
+	if ss.client == "" {
+		ss.client = newEpoch() + newEpoch()[:4]
+	}
+	if ss.pres == nil {
+		ss.pres = map[string]bool{}
+	}
+	ss.pres[topic] = true
+	s.presence.join(c, topic, ss.client, ss.grant.subject)
+	return ss.client
 }
 
 func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if err := validTopic(req.Topic); err != nil {
 		return errorFrame(req.ID, codeInvalidTopic, err.Error())
 	}
-	if s.hub.Unsubscribe(c, req.Topic) {
+	if ss.hist[req.Topic] {
+		delete(ss.hist, req.Topic)
+		s.histHub.remove(c, req.Topic)
 		ss.subs--
 		s.subs.Add(-1)
 		s.m.subscriptions.Dec()
+	} else if s.hub.Unsubscribe(c, req.Topic) {
+		ss.subs--
+		s.subs.Add(-1)
+		s.m.subscriptions.Dec()
+	}
+	if ss.pres[req.Topic] {
+		// After the unsubscribe: the leaver is not told of its own leave.
+		delete(ss.pres, req.Topic)
+		s.presence.leave(req.Topic, ss.client)
 	}
 	return ack(req.ID)
 }
@@ -154,6 +232,20 @@ func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
 	}
 	if len(req.Data) == 0 {
 		return errorFrame(req.ID, codeBadRequest, `publish needs "data"`)
+	}
+	if s.historyOf(req.Topic) {
+		if _, remote := s.history.(*jsHistory); remote {
+			return s.queueHistoryPublish(c, ss, req)
+		}
+		// Every subscriber gets it, the publisher included: positions
+		// have no holes.
+		pos, err := s.history.publish(c, req.Topic, req.Data, false)
+		s.publishes.Add(1)
+		s.m.publishes.WithLabelValues("ws").Inc()
+		if err != nil {
+			return s.historyError(req.ID, err)
+		}
+		return publishAck(req.ID, pos)
 	}
 	env := envelope(req.Topic, req.Data, false)
 	res, err := s.hub.PublishFrom(c, req.Topic, rally.Text, env)

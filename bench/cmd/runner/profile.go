@@ -76,8 +76,12 @@ func profile(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("go tool pprof: %w", err)
 	}
-	head := fmt.Sprintf("CPU profile of the rally peer in %s (%s), %d s under load:\n%s %s/s, server %.2f µs CPU per %s.\n\n",
-		sc.ID, sc.Title, profileSeconds, loadgen.Count(res.Rate), res.Unit, serverCPU(res), singular(res.Unit))
+	all, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=100000", filepath.Join(tmp, "rally"), out).Output()
+	if err != nil {
+		return fmt.Errorf("go tool pprof: %w", err)
+	}
+	head := fmt.Sprintf("CPU profile of the rally peer in %s (%s), %d s under load:\n%s %s/s, server %.2f µs CPU per %s.\n%s\n",
+		sc.ID, sc.Title, profileSeconds, loadgen.Count(res.Rate), res.Unit, serverCPU(res), singular(res.Unit), classify(all))
 	txt := filepath.Join(o.charts, "rally-"+sc.ID+"-top.txt")
 	if err := os.WriteFile(txt, append([]byte(head), top...), 0o644); err != nil {
 		return err

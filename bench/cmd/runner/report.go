@@ -23,6 +23,7 @@ type cell struct {
 	rates, cpu, p50, p99, peak, busy []float64
 	perConn, held                    []float64
 	errors                           int64
+	rounds, stalled                  int // chat rounds in the windows, and those stalled
 	failures                         []string
 	windows                          int
 }
@@ -70,6 +71,10 @@ func newReport(o options, scen []scenario, list []*peer, all []measurement, bega
 		}
 		res := m.Result
 		c.errors += res.Errors
+		if rs := res.Rounds; rs != nil {
+			c.rounds += rs.Completed
+			c.stalled += rs.Stalled
+		}
 		c.rates = append(c.rates, res.Rate)
 		c.p50 = append(c.p50, res.Latency.P50)
 		c.p99 = append(c.p99, res.Latency.P99)
@@ -195,7 +200,7 @@ func (r *report) header(b *bytes.Buffer) {
 		"load generator one in flight leaves every peer, the raw TCP floor included, bound by the generator's own system calls); "+
 		"rate = replies/s, latency = round trip.\n", r.o.inflight)
 	fmt.Fprintf(b, "- **chat**: 32 clients in one room; the server delivers every message to all 32, the sender included (Bun's bench/websocket-server method); "+
-		"in rounds, each client sends its messages, then waits for all of the round's; rate = deliveries/s, latency = round start to delivery.\n")
+		"in rounds, each client sends its messages, then waits for all of the round's; rate = deliveries/s, latency = round start to delivery; a round that lasts over 4x the median round of its window (or is still open after that long) is stalled, counted in the errors column.\n")
 	fmt.Fprintf(b, "- **throughput**: one connection, 256 KiB binary echo, one in flight (undici's method).\n")
 	fmt.Fprintf(b, "- **idle**: open the connections on a freshly started server, hold them, and divide the growth of its resident memory (VmRSS) by the connections held.\n")
 	fmt.Fprintf(b, "- Server CPU is user + system time from /proc/PID/stat over the window, per message; peak RSS is VmHWM during the window "+
@@ -499,6 +504,9 @@ func busyOf(v []float64) string {
 
 func errorsOf(c *cell) string {
 	s := fmt.Sprint(c.errors)
+	if c.rounds > 0 || c.stalled > 0 {
+		s += fmt.Sprintf(", %d of %d rounds stalled", c.stalled, c.rounds)
+	}
 	if n := len(c.failures); n > 0 {
 		s += fmt.Sprintf(", %d of %d windows failed", n, c.windows)
 	}

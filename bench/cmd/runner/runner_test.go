@@ -156,3 +156,20 @@ func TestEveryPeerThatSupportsDeflateNegotiatesItWhenStartedWithCompress(t *test
 		})
 	}
 }
+
+func TestClassifySumsFlatSamplesByKindOfWork(t *testing.T) {
+	top := []byte(`Showing nodes accounting for 2s, 100% of 2s total
+      flat  flat%   sum%        cum   cum%
+     1.00s 50.00% 50.00%      1.00s 50.00%  internal/runtime/syscall/linux.Syscall6
+     0.40s 20.00% 70.00%      0.40s 20.00%  runtime.memmove
+     200ms 10.00% 80.00%      200ms 10.00%  github.com/rallyws/rally/frame.unmaskLookupAVX2
+     0.20s 10.00% 90.00%      0.30s 15.00%  runtime.schedule
+     0.10s  5.00% 95.00%      0.10s  5.00%  runtime.scanobject
+     0.10s  5.00%   100%      1.90s 95.00%  github.com/rallyws/rally.(*Conn).serve
+         0     0%   100%      1.00s 50.00%  syscall.RawSyscall6
+`)
+	want := "Where the CPU goes (flat samples by function): syscalls 50%, copy 20%, mask 0%, validate 10%, inflate 0%, runtime/GC 5%, scheduler 10%, rally and other 5%\n"
+	if got := classify(top); got != want {
+		t.Fatalf("classify:\n%s\nwant\n%s", got, want)
+	}
+}
