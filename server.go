@@ -1,7 +1,11 @@
 package rally
 
 import (
+	"errors"
+	"net"
 	"net/http"
+	"sync"
+	"time"
 )
 
 // Server is an http.Handler that accepts WebSocket connections and drives
@@ -14,6 +18,9 @@ import (
 // without deadlocking: Close from a callback sends the close frame and
 // returns. A panic in a callback is recovered, logged, and closes that
 // connection with 1011.
+//
+// With EventLoop set (on Linux), the connections are driven by a few event
+// loops instead of a goroutine each: see EventLoop for what changes.
 //
 // A Server's fields must not change once it serves.
 type Server struct {
@@ -46,7 +53,36 @@ type Server struct {
 	// it ended (never nil).
 	Close func(c *Conn, err *CloseError)
 
-	set connSet
+	// EventLoop, on Linux, drives the connections with a few event loops
+	// (EventLoops of them) instead of a goroutine and a read buffer each:
+	// an idle connection is a registered socket and its state, nothing
+	// more, and what the callbacks of one loop turn send to a connection
+	// leaves in one write after the turn, whatever the number of senders.
+	// Elsewhere it is ignored (goroutine mode). Connections over TLS made
+	// by net/http and WebSockets over HTTP/2 stay in goroutine mode.
+	//
+	// The callbacks then run on the loop goroutine, which serves many
+	// connections: a callback that blocks holds up all of them (the loop
+	// logs a callback that blocks it for more than a second). So, on a
+	// loop goroutine, Write, WriteCompress and Ping do not wait for the
+	// kernel: they accept the frame, which leaves in order after the
+	// turn, and return nil, or return the error that kept it out (the
+	// connection is closed, or the send buffer limit was reached, which
+	// a Send reports as Dropped); use SendDone to learn when a frame
+	// reached the kernel, or that it never will. Close sends and returns,
+	// as from any callback. Read, ReadAppend and Reader return an error
+	// on a loop-driven connection: its messages reach Message.
+	EventLoop bool
+
+	// EventLoops is the number of event loops when EventLoop is set; 0
+	// means runtime.GOMAXPROCS(0). A loop's goroutine exists only while
+	// the loop has connections.
+	EventLoops int
+
+	set   connSet
+	loops loopGroup
+	lnMu  sync.Mutex
+	lns   map[net.Listener]struct{}
 }
 
 // ServeHTTP upgrades the request and serves the connection until it ends.
@@ -66,6 +102,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		data = d
 	}
+	c, err := Accept(w, r, s.acceptOptions())
+	if err != nil {
+		s.set.commit(nil)
+		return
+	}
+	if s.Upgrade != nil {
+		c.data = data
+	}
+	s.start(c, r.ProtoMajor == 2)
+}
+
+// acceptOptions are the Server's Options with its Ping, Pong and Drain
+// callbacks as the connection's hooks.
+func (s *Server) acceptOptions() *AcceptOptions {
 	opts := s.Options
 	if s.Ping != nil || s.Pong != nil || s.Drain != nil {
 		o := AcceptOptions{}
@@ -83,25 +133,111 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		opts = &o
 	}
-	c, err := Accept(w, r, opts)
-	if err != nil {
-		s.set.commit(nil)
-		return
-	}
-	if s.Upgrade != nil {
-		c.data = data
-	}
+	return opts
+}
+
+// start serves a connection whose handshake is done: on an event loop
+// when the Server has them and the connection can be, else on a goroutine
+// of its own (an HTTP/2 stream: on the handler's, which must not return
+// before the stream ends).
+func (s *Server) start(c *Conn, h2 bool) {
 	c.rd.served = true
 	if !s.set.commit(c) {
 		// Shutdown began during the handshake.
 		c.closeWithCode(CloseGoingAway, "server shutting down")
 	}
-	if r.ProtoMajor == 2 {
-		// An HTTP/2 stream lives as long as its handler (see Accept).
+	if h2 {
 		c.serve(s)
 		return
 	}
+	if s.EventLoop && s.loops.adopt(s, c) {
+		return
+	}
 	go c.serve(s)
+}
+
+// Serve accepts connections on ln and serves them, without net/http: each
+// opening handshake is read and answered as by Upgrade (Options'
+// MaxHeaderBytes and HandshakeTimeout bound the request head), then the
+// connection is served like those of ServeHTTP. Server.Upgrade, which
+// needs net/http, cannot be used with Serve (Serve returns an error at
+// once if it is set): decide on a request with Options.Authorize instead.
+//
+// Serve returns when ln.Accept fails for good: http.ErrServerClosed after
+// Shutdown (which closes ln), else the listener's error. Temporary accept
+// errors (too many open files) are retried after a pause.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.Upgrade != nil {
+		return errServeUpgrade
+	}
+	if !s.trackListener(ln, true) {
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	defer s.trackListener(ln, false)
+	var pause time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.set.isClosing() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAccept(err) {
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				time.Sleep(pause)
+				continue
+			}
+			return err
+		}
+		pause = 0
+		if !s.set.begin() {
+			nc.Close()
+			continue
+		}
+		go s.handshake(nc)
+	}
+}
+
+var errServeUpgrade = errors.New("rally: Server.Serve: Server.Upgrade needs net/http (use Options.Authorize, or serve with net/http)")
+
+// handshake answers the opening handshake of a connection Serve accepted
+// and serves it.
+func (s *Server) handshake(nc net.Conn) {
+	c, _, err := Upgrade(nc, s.acceptOptions())
+	if err != nil {
+		s.set.commit(nil)
+		return
+	}
+	s.start(c, false)
+}
+
+// trackListener adds ln to (or removes it from) the listeners Shutdown
+// closes; adding reports false once Shutdown has begun.
+func (s *Server) trackListener(ln net.Listener, add bool) bool {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	if !add {
+		delete(s.lns, ln)
+		return true
+	}
+	if s.set.isClosing() {
+		return false
+	}
+	if s.lns == nil {
+		s.lns = make(map[net.Listener]struct{})
+	}
+	s.lns[ln] = struct{}{}
+	return true
+}
+
+// closeListeners closes the listeners of Serve calls (Shutdown).
+func (s *Server) closeListeners() {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	for ln := range s.lns {
+		ln.Close()
+	}
 }
 
 // serve is a served connection's reading goroutine.

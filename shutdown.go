@@ -43,6 +43,13 @@ func (s *connSet) commit(c *Conn) bool {
 	return !s.closing
 }
 
+// isClosing reports whether shutdown has begun.
+func (s *connSet) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
 func (s *connSet) remove(c *Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -57,8 +64,8 @@ func (s *connSet) checkEmptyLocked() {
 	}
 }
 
-// Shutdown stops the Server gracefully: new upgrade requests are refused
-// with 503, every open connection is sent a close frame with 1001 (going
+// Shutdown stops the Server gracefully: the listeners of Serve calls are
+// closed, new upgrade requests are refused with 503, every open connection is sent a close frame with 1001 (going
 // away), and Shutdown waits for their close handshakes until ctx ends. Then
 // it cuts what is left and returns ctx.Err(); it returns nil when every
 // connection closed in time. Every queued send that did not go out is
@@ -88,6 +95,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		empty = set.empty
 	}
 	set.mu.Unlock()
+	s.closeListeners()
 	if empty == nil {
 		return nil
 	}

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package rally
+
+// loopGroup is a Server's event loops; outside Linux there are none and
+// every connection is served by a goroutine of its own.
+type loopGroup struct{}
+
+// adopt reports false: the connection is served by a goroutine.
+func (g *loopGroup) adopt(*Server, *Conn) bool { return false }
