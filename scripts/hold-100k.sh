@@ -91,7 +91,7 @@ for i in $(seq 1 "$SERVERS"); do
 	pids+=($!)
 	# Wait for the banner: the port is bound (and, for the first, NATS is up).
 	for _ in $(seq 1 100); do
-		grep -q "listening on" "$OUT/server-$i.log" && break
+		grep -qs "listening on" "$OUT/server-$i.log" && break
 		kill -0 "$!" 2>/dev/null || { cat "$OUT/server-$i.log" >&2; exit 1; }
 		sleep 0.1
 	done

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rallyws/rally"
 )
 
 // serveModes are the engines `rally serve` runs its WebSockets on: a
@@ -180,4 +182,19 @@ type announcer struct {
 func (a *announcer) Write(p []byte) (int, error) {
 	a.once.Do(func() { close(a.ready) })
 	return a.w.Write(p)
+}
+
+func TestEventLoopIsSetOnEveryWebSocketEndpoint(t *testing.T) {
+	for _, mode := range serveModes {
+		s, err := New(Config{EventLoop: mode.eventLoop, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, ws := range map[string]*rally.Server{"/echo": s.echo, "/ws": s.ws, "/chat": s.chat} {
+			if ws.EventLoop != mode.eventLoop {
+				t.Errorf("%s: %s has EventLoop %v", mode.name, name, ws.EventLoop)
+			}
+		}
+		s.shutdownNodes()
+	}
 }
