@@ -219,7 +219,7 @@ func TestIdleOverSeveralProcessesAddsUpWhatEachHeldAndTheBroadcast(t *testing.T)
 	s := startPubsubServer(t)
 	var out, errOut bytes.Buffer
 	code := loadgen.Main([]string{"idle", s.url("/ws"), "--conns", "7", "--procs", "3", "--duration", "1ms",
-		"--subscribe", "room", "--broadcast", s.publish, "--server-pids", strconv.Itoa(os.Getpid()), "--json"}, &out, &errOut)
+		"--subscribe", "room", "--broadcast", s.publish, "--server-pids", strconv.Itoa(os.Getpid()), "--after", "1ms", "--json"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errOut.String())
 	}
@@ -245,7 +245,7 @@ func TestIdleOverSeveralProcessesAddsUpWhatEachHeldAndTheBroadcast(t *testing.T)
 	if s.posts != 1 {
 		t.Errorf("%d posts, want 1 for all processes", s.posts)
 	}
-	if st.RSSBeforeBytes <= 0 || st.RSSAfterBytes <= 0 {
-		t.Errorf("server memory not read: %+v", st)
+	if st.RSSBeforeBytes <= 0 || st.RSSHeldBytes <= 0 || st.RSSPeakBytes <= 0 || st.RSSAfterBytes <= 0 || st.RSSClosedBytes <= 0 || st.ClosedAfterSeconds <= 0 {
+		t.Errorf("server memory not read at every step: %+v", st)
 	}
 }
