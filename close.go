@@ -38,7 +38,7 @@ func (c *Conn) Close(code uint16, reason string) error {
 		default:
 		}
 	}
-	if c.rd.served || c.onReadingGoroutine() {
+	if c.rd.served || c.onReadingGoroutine() || onLoop() {
 		return nil
 	}
 	select {

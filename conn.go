@@ -54,6 +54,7 @@ type readSide struct {
 	reader *messageReader // made by the first Reader
 	batch  bool           // a Server's read batch is corked
 	served bool           // a Server's goroutine owns the read side
+	loop   bool           // an event loop owns the read side (Server.EventLoop)
 }
 
 // writeSide is the state of sending, guarded by mu. mu is held only for
@@ -75,7 +76,8 @@ type writeSide struct {
 	writer  *messageWriter // made by the first Writer
 	streamZ bool           // the streamed message is compressed
 
-	corks corkState
+	corks    corkState
+	loopMark uint64 // the loop turn that gathered sends to this connection (gatherLocked)
 
 	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
 	drainArmed bool         // a send was queued under backpressure

@@ -134,7 +134,8 @@ func (c *Conn) holdsCorkLocked(g uintptr) bool {
 }
 
 // corkedLocked reports whether sends from goroutine g are gathered now: by
-// one of the connection's own corks or by a cork it joined.
+// one of the connection's own corks, by a cork it joined, or by the turn
+// of the event loop g runs.
 func (c *Conn) corkedLocked(g uintptr) bool {
 	if c.holdsCorkLocked(g) {
 		return true
@@ -145,7 +146,9 @@ func (c *Conn) corkedLocked(g uintptr) bool {
 			return true
 		}
 	}
-	return false
+	// An event loop's turn gathers its callbacks' sends to every
+	// connection (see loop_linux.go).
+	return c.gatherLocked(g)
 }
 
 // anyCorkLocked reports whether any cork holds the connection.

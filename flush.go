@@ -113,10 +113,25 @@ func (c *Conn) kickLocked(inline bool) {
 // startFlusher starts the goroutine that writes the queue while the
 // transport is not taking it at once. It exists only while the queue is
 // non-empty.
+//
+// A transport driven by an event loop has no flushing goroutine: the loop
+// writes the queue when the socket becomes writable, and wr.flushing says
+// that it will.
 func (c *Conn) startFlusher() {
 	c.wr.flushing = true
 	c.armStallLocked()
+	if a, ok := c.t.(asyncWriter); ok {
+		a.armWritable()
+		return
+	}
 	go c.flushLoop()
+}
+
+// asyncWriter is a transport whose queue an event loop writes: armWritable
+// asks the loop to write it once the socket is writable. Called with the
+// write lock held.
+type asyncWriter interface {
+	armWritable()
 }
 
 // flushLoop writes the queue until it is empty, then exits. It is the only

@@ -2,9 +2,728 @@
 
 package rally
 
+import (
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rallyws/rally/internal/netpoll"
+	"golang.org/x/sys/unix"
+)
+
+// The event-loop mode (Server.EventLoop). A loop is one goroutine with an
+// epoll instance (internal/netpoll) that owns the sockets of many
+// connections. A connection in a loop is the same Conn as in goroutine
+// mode, with a loopTransport: no goroutine, no read buffer and no send
+// buffer while it is idle. The loop drives the same engine a reading
+// goroutine does:
+//
+//   - Reading. When a socket is readable the loop reads it into the
+//     loop's one buffer and runs the connection's parser and callbacks
+//     (nextMessage, as a Server's goroutine does) until the buffer is used
+//     up; the transport's read then reports the loop dry (errLoopDry)
+//     instead of waiting. A message spread over reads is gathered in a
+//     borrowed buffer (message.go), a header cut by the end of a read in
+//     the parser's own arrays: nothing refers to the loop's buffer once the
+//     connection is done with it.
+//   - Writing. A loop turn is a cork held by the loop goroutine over every
+//     connection: what the turn's callbacks send, to any connection, is
+//     gathered, and after the turn each connection that got something is
+//     written once (one writev for all its frames), whatever the number
+//     of senders. Sends from other goroutines write at once, as in
+//     goroutine mode. What the kernel does not take waits in the send
+//     queue and the loop asks epoll for writability instead of starting a
+//     flushing goroutine; it writes the rest when the socket is writable.
+//   - Closing. Only the loop closes a socket it owns, after removing it
+//     from epoll, so a descriptor number cannot be reused while another
+//     goroutine may still write to it (every write is made under the
+//     connection's write lock and checks the descriptor, which the loop
+//     clears under that lock first). Events carry the descriptor and a
+//     generation, so a stale event for a reused descriptor is dropped.
+//
+// A loop's goroutine and epoll instance exist only while it has
+// connections: the last one closing stops it.
+
+// loopReadSize is the size of a loop's read buffer. It is deliberately not
+// a size of the buffer pool's classes: the engine gives read buffers back
+// to the pool (releaseReadBuffer), and bufpool.Put drops a buffer of any
+// other capacity, so the loop's buffer can never end up in the pool.
+const loopReadSize = 63 << 10
+
+// loopReadsPerEvent bounds the reads of one connection per readiness event,
+// so that a fast sender cannot starve the loop's other connections
+// (epoll, level-triggered, reports it again).
+const loopReadsPerEvent = 4
+
+// loopEvents is the most events one wait returns.
+const loopEvents = 256
+
+// loopWatchdog is how long a loop turn may run before it is logged as
+// blocked by a callback.
+const loopWatchdog = time.Second
+
 // loopGroup is a Server's event loops.
-type loopGroup struct{}
+type loopGroup struct {
+	mu    sync.Mutex
+	slots []*loop // nil where no loop runs
+	next  int
+}
+
+// loop is one running event loop.
+type loop struct {
+	grp  *loopGroup
+	srv  *Server
+	slot int
+	p    *netpoll.Poller
+	log  *slog.Logger
+
+	n int // connections adopted and not yet closed; guarded by grp.mu
+
+	taskMu sync.Mutex
+	tasks  []loopTask
+	spare  []loopTask
+
+	gen atomic.Uint32
+
+	// Owned by the loop goroutine.
+	g       uintptr
+	table   []*loopTransport // by descriptor
+	buf     []byte
+	inTurn  bool
+	mark    uint64 // this turn's mark (see gatherLocked)
+	dirty   []*Conn
+	closing []*loopTransport
+
+	turnStart atomic.Int64 // when the running turn began (unix ns); 0 while waiting
+	turns     atomic.Uint64
+	watch     *time.Timer
+	logged    uint64 // the turn last logged as blocked
+}
+
+type loopTask struct {
+	t     *loopTransport
+	close bool // else adopt
+}
+
+// loopTurns numbers the turns of every loop, so that a turn's mark on a
+// connection (gatherLocked) is never another turn's.
+var loopTurns atomic.Uint64
+
+// loopWrites counts the write system calls of loop connections, for the
+// benchmarks (writes per delivered message).
+var loopWrites atomic.Uint64
+
+// running is the loops that run in the process, for gatherLocked to find
+// the loop of the calling goroutine. Copied on write.
+var running struct {
+	mu    sync.Mutex
+	loops atomic.Pointer[[]*loop]
+}
+
+// loopOfG returns the loop whose goroutine g is, or nil.
+func loopOfG(g uintptr) *loop {
+	p := running.loops.Load()
+	if p == nil || g == 0 {
+		return nil
+	}
+	for _, l := range *p {
+		if l.g == g {
+			return l
+		}
+	}
+	return nil
+}
+
+// onLoop reports whether the caller runs on an event loop's goroutine.
+func onLoop() bool { return loopOfG(currentG()) != nil }
+
+func setRunning(l *loop, on bool) {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	var now []*loop
+	if p := running.loops.Load(); p != nil {
+		now = *p
+	}
+	next := make([]*loop, 0, len(now)+1)
+	for _, x := range now {
+		if x != l {
+			next = append(next, x)
+		}
+	}
+	if on {
+		next = append(next, l)
+	}
+	if len(next) == 0 {
+		running.loops.Store(nil)
+		return
+	}
+	running.loops.Store(&next)
+}
+
+// gatherLocked reports whether a send from goroutine g to c is gathered by
+// the turn of the loop g runs, and puts c on that turn's list of
+// connections to write after it. The caller holds c's write lock.
+func (c *Conn) gatherLocked(g uintptr) bool {
+	l := loopOfG(g)
+	if l == nil || !l.inTurn {
+		return false
+	}
+	if c.wr.loopMark != l.mark {
+		c.wr.loopMark = l.mark
+		l.dirty = append(l.dirty, c)
+	}
+	return true
+}
 
 // adopt hands c to one of the loops and reports whether it did; false
-// leaves c to a goroutine of its own.
-func (g *loopGroup) adopt(*Server, *Conn) bool { return false }
+// leaves c to a goroutine of its own (a connection over TLS or HTTP/2, or
+// a socket the loop could not take).
+func (grp *loopGroup) adopt(s *Server, c *Conn) bool {
+	st, ok := c.t.(*socketTransport)
+	if !ok {
+		return false
+	}
+	grp.mu.Lock()
+	l, err := grp.pick(s)
+	if err != nil {
+		grp.mu.Unlock()
+		c.log.Warn("rally: no event loop could be started; the connection is served by a goroutine", "err", err)
+		return false
+	}
+	l.n++
+	grp.mu.Unlock()
+	if !c.toLoop(st, l) {
+		grp.mu.Lock()
+		l.n--
+		grp.mu.Unlock()
+		l.p.Wake() // a loop started for it stops again
+		return false
+	}
+	l.post(loopTask{t: c.t.(*loopTransport)})
+	return true
+}
+
+// toLoop moves c onto loop l: its socket is taken from the Go runtime
+// (a duplicate descriptor; the net.Conn is closed) and its transport
+// becomes l's. It reports false, changing nothing, if a flushing
+// goroutine writes through the socket already (Shutdown began during
+// the handshake) or the socket cannot be taken.
+func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
+	c.wr.mu.Lock()
+	if c.wr.flushing || c.wr.err != nil {
+		c.wr.mu.Unlock()
+		return false
+	}
+	fd, err := netpoll.Take(st.rc)
+	if err != nil {
+		c.wr.mu.Unlock()
+		return false
+	}
+	orig := c.nc
+	t := &loopTransport{fd: fd, c: c, l: l}
+	t.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
+	c.t = t
+	c.nc = &loopNetConn{t: t, laddr: orig.LocalAddr(), raddr: orig.RemoteAddr()}
+	c.dl.nc = c.nc
+	c.rd.loop = true
+	c.wr.mu.Unlock()
+	orig.Close() // the duplicate keeps the socket
+	return true
+}
+
+// pick chooses the loop for a new connection, the least loaded, starting
+// it if it does not run. The caller holds grp.mu.
+func (grp *loopGroup) pick(s *Server) (*loop, error) {
+	if grp.slots == nil {
+		n := s.EventLoops
+		if n <= 0 {
+			n = runtime.GOMAXPROCS(0)
+		}
+		grp.slots = make([]*loop, n)
+	}
+	best := -1
+	for i := range grp.slots {
+		k := (grp.next + i) % len(grp.slots)
+		l := grp.slots[k]
+		if l == nil {
+			best = k
+			break
+		}
+		if best < 0 || l.n < grp.slots[best].n {
+			best = k
+		}
+	}
+	grp.next = (best + 1) % len(grp.slots)
+	if l := grp.slots[best]; l != nil {
+		return l, nil
+	}
+	p, err := netpoll.New(loopEvents)
+	if err != nil {
+		return nil, err
+	}
+	l := &loop{grp: grp, srv: s, slot: best, p: p, log: slog.Default()}
+	if s.Options != nil && s.Options.Logger != nil {
+		l.log = s.Options.Logger
+	}
+	grp.slots[best] = l
+	started := make(chan struct{})
+	go l.run(started)
+	<-started // l.g is set: gatherLocked can find it
+	return l, nil
+}
+
+// post hands a task to the loop from any goroutine and wakes it.
+func (l *loop) post(task loopTask) {
+	l.taskMu.Lock()
+	l.tasks = append(l.tasks, task)
+	l.taskMu.Unlock()
+	l.p.Wake()
+}
+
+func (l *loop) run(started chan<- struct{}) {
+	l.g = currentG()
+	l.buf = make([]byte, loopReadSize)
+	setRunning(l, true)
+	l.watch = time.AfterFunc(loopWatchdog, l.watchdog)
+	close(started)
+	defer func() {
+		l.watch.Stop()
+		setRunning(l, false)
+		l.p.Close()
+	}()
+	for {
+		events, woken, err := l.p.Wait(-1)
+		if err != nil {
+			// Not expected of epoll_wait but for a bug: cut the loop's
+			// connections rather than spin.
+			l.log.Error("rally: event loop: waiting for events failed; its connections are cut", "err", err)
+			l.cutAll(err)
+			time.Sleep(10 * time.Millisecond)
+			woken = true
+		}
+		l.turnStart.Store(time.Now().UnixNano())
+		l.turns.Add(1)
+		l.mark = loopTurns.Add(1)
+		l.inTurn = true
+		for _, e := range events {
+			l.event(e)
+		}
+		if woken {
+			l.runTasks()
+		}
+		l.inTurn = false
+		l.flushDirty()
+		l.closePending()
+		l.turnStart.Store(0)
+		if l.stopIfEmpty() {
+			return
+		}
+	}
+}
+
+// stopIfEmpty ends the loop when it has no connection left.
+func (l *loop) stopIfEmpty() bool {
+	l.grp.mu.Lock()
+	defer l.grp.mu.Unlock()
+	if l.n > 0 {
+		return false
+	}
+	l.taskMu.Lock()
+	pending := len(l.tasks)
+	l.taskMu.Unlock()
+	if pending > 0 {
+		return false
+	}
+	l.grp.slots[l.slot] = nil
+	return true
+}
+
+// cutAll cuts every connection of the loop.
+func (l *loop) cutAll(err error) {
+	for _, t := range l.table {
+		if t != nil {
+			t.c.finish(&CloseError{Code: CloseAbnormal, Err: err})
+		}
+	}
+}
+
+func (l *loop) runTasks() {
+	l.taskMu.Lock()
+	tasks := l.tasks
+	l.tasks = l.spare[:0]
+	l.taskMu.Unlock()
+	for i, task := range tasks {
+		if task.close {
+			l.closing = append(l.closing, task.t)
+		} else {
+			l.register(task.t)
+		}
+		tasks[i] = loopTask{}
+	}
+	l.taskMu.Lock()
+	l.spare = tasks[:0]
+	l.taskMu.Unlock()
+}
+
+// register puts an adopted connection in the loop: its socket in epoll,
+// then its Open callback and the bytes that came with the handshake.
+func (l *loop) register(t *loopTransport) {
+	c := t.c
+	fd := int(uint32(t.tag))
+	for fd >= len(l.table) {
+		l.table = append(l.table, make([]*loopTransport, max(64, len(l.table)))...)
+	}
+	l.table[fd] = t
+	c.rd.sem <- struct{}{} // the loop holds the read side for good
+	c.rd.g.Store(l.g)
+	c.wr.mu.Lock()
+	var err error
+	if t.fd >= 0 {
+		t.registered = true
+		err = l.p.Add(t.fd, t.tag, t.armed)
+	}
+	c.wr.mu.Unlock()
+	if err != nil {
+		c.finish(&CloseError{Code: CloseAbnormal, Err: err})
+		return
+	}
+	if s := l.srv; s.Open != nil {
+		c.callOpen(s.Open)
+	}
+	if len(c.rd.in) > 0 {
+		l.deliver(t)
+	}
+}
+
+// event handles one readiness report.
+func (l *loop) event(e netpoll.Event) {
+	fd := int(uint32(e.Tag))
+	if fd >= len(l.table) {
+		return
+	}
+	t := l.table[fd]
+	if t == nil || t.tag != e.Tag {
+		return // a stale event: the descriptor was closed (and reused)
+	}
+	if e.Flags&netpoll.Writable != 0 {
+		l.writable(t)
+	}
+	if e.Flags&(netpoll.Readable|netpoll.Hangup|netpoll.Error) != 0 {
+		l.readable(t)
+	}
+}
+
+// readable reads what arrived and runs the connection's callbacks on it.
+func (l *loop) readable(t *loopTransport) {
+	if t.closed {
+		return
+	}
+	if t.winding {
+		l.windDown(t)
+		return
+	}
+	l.deliver(t)
+}
+
+// deliver runs the parser and the callbacks over what is buffered and
+// what the socket has, until the loop's buffer is used up (a Server's
+// goroutine does the same, see Conn.serve).
+func (l *loop) deliver(t *loopTransport) {
+	c := t.c
+	s := l.srv
+	t.reads = loopReadsPerEvent
+	for c.rd.end == nil {
+		typ, p, err := c.nextMessage(nil)
+		if err != nil {
+			break
+		}
+		if s.Message != nil {
+			c.callMessage(s.Message, typ, p)
+		}
+	}
+	if m := &c.rd.msg; m.handed || (m.buf != nil && c.rd.end != nil) {
+		c.releaseMessage()
+	}
+	c.rd.buf, c.rd.in = nil, nil
+	if c.rd.end != nil && c.rd.linger {
+		c.rd.linger = false
+		t.winding = true
+		l.windDown(t)
+	}
+}
+
+// windDown is the loop's linger (close.go): once the close frames were
+// exchanged, the server's close frame must leave, then the loop shuts its
+// sending side (FIN first, RFC 6455 7.1.1) and reads and drops whatever
+// still arrives until the client closes. CloseTimeout bounds it.
+func (l *loop) windDown(t *loopTransport) {
+	c := t.c
+	if !t.shut {
+		c.wr.mu.Lock()
+		left := c.wr.q.doneSeq >= c.wr.closeSeq || c.wr.err != nil
+		c.wr.mu.Unlock()
+		if left {
+			t.shut = true
+			unix.Shutdown(t.fd, unix.SHUT_WR)
+		}
+	}
+	for range loopReadsPerEvent {
+		n, err := readFd(uintptr(t.fd), l.buf)
+		if err == errAgain {
+			return
+		}
+		if err != nil || n == 0 {
+			c.finish(c.rd.end)
+			return
+		}
+	}
+}
+
+// writable writes what waits in the send queue of a connection whose
+// socket became writable.
+func (l *loop) writable(t *loopTransport) {
+	c := t.c
+	c.wr.mu.Lock()
+	q := &c.wr.q
+	if !c.wr.flushing || t.fd < 0 {
+		t.disarmLocked()
+		c.wr.mu.Unlock()
+		return
+	}
+	var werr error
+	for c.wr.err == nil && q.queued() > 0 {
+		n, err := t.writeNow(q.pending())
+		if err != nil {
+			werr = err
+			break
+		}
+		if n == 0 {
+			q.blocked = true
+			break
+		}
+		c.advanceLocked(n)
+	}
+	if werr != nil {
+		c.failWriteLocked(werr) // still flushing: no goroutine is started to end it
+	}
+	if werr != nil || c.wr.err != nil || q.queued() == 0 {
+		c.wr.flushing = false
+		t.disarmLocked()
+	}
+	c.unlockWrite()
+	if werr != nil {
+		c.endAbnormal(werr)
+		return
+	}
+	if t.winding {
+		l.windDown(t)
+	}
+}
+
+// flushDirty writes, once each, the connections the turn's callbacks sent
+// to.
+func (l *loop) flushDirty() {
+	for i := 0; i < len(l.dirty); i++ { // completions may add more
+		c := l.dirty[i]
+		l.dirty[i] = nil
+		c.wr.mu.Lock()
+		c.wr.loopMark = 0
+		c.uncorkedLocked()
+		c.unlockWrite()
+		if t, ok := c.t.(*loopTransport); ok && t.l == l && t.winding {
+			l.windDown(t)
+		}
+	}
+	l.dirty = l.dirty[:0]
+}
+
+// closePending closes the sockets of the connections that ended, and
+// tells the Server.
+func (l *loop) closePending() {
+	for i := 0; i < len(l.closing); i++ { // a Close callback may end more
+		t := l.closing[i]
+		l.closing[i] = nil
+		if t.closed {
+			continue
+		}
+		t.closed = true
+		c := t.c
+		c.wr.mu.Lock()
+		fd := t.fd
+		t.fd = -1
+		registered := t.registered
+		c.wr.mu.Unlock()
+		if registered {
+			l.p.Del(fd)
+		}
+		unix.Close(fd)
+		if idx := int(uint32(t.tag)); idx < len(l.table) && l.table[idx] == t {
+			l.table[idx] = nil
+		}
+		if c.rd.end == nil {
+			// Cut from elsewhere (CloseNow, a timer, a failed write): the
+			// read side ends as a reading goroutine's would.
+			c.endRead(c.ioEnd(net.ErrClosed), false)
+		}
+		if c.rd.msg.buf != nil {
+			c.releaseMessage()
+		}
+		if s := l.srv; s.Close != nil {
+			c.callClose(s.Close, c.cl.final)
+		}
+		l.srv.set.remove(c)
+		l.grp.mu.Lock()
+		l.n--
+		l.grp.mu.Unlock()
+	}
+	l.closing = l.closing[:0]
+}
+
+// watchdog logs a loop turn that has run for longer than loopWatchdog: a
+// callback blocks the loop, and with it every connection of the loop.
+func (l *loop) watchdog() {
+	start := l.turnStart.Load()
+	turn := l.turns.Load()
+	if start != 0 && turn != l.logged {
+		if d := time.Since(time.Unix(0, start)); d >= loopWatchdog {
+			l.logged = turn
+			l.log.Warn("rally: an event loop is blocked: a callback has run for too long, and the loop's other connections wait for it",
+				"loop", l.slot, "blocked", d.Round(time.Millisecond).String())
+		}
+	}
+	l.watch.Reset(loopWatchdog / 4)
+}
+
+// loopTransport is a connection's socket owned by a loop.
+type loopTransport struct {
+	c   *Conn
+	l   *loop
+	tag uint64 // generation << 32 | descriptor, as epoll reports it
+
+	// Guarded by the connection's write lock.
+	fd         int // -1 once the loop closed it
+	armed      bool
+	registered bool
+
+	// Owned by the loop goroutine.
+	reads   int
+	winding bool // the read side ended with a close frame: winding TCP down
+	shut    bool // the sending side is shut
+	closed  bool
+
+	iov [2]syscall.Iovec
+}
+
+// tryWrite writes a then b at once, without blocking. The caller holds
+// the connection's write lock.
+func (t *loopTransport) tryWrite(a, b []byte) (int, error) {
+	if t.fd < 0 {
+		return 0, net.ErrClosed
+	}
+	loopWrites.Add(1)
+	n, err := writeFd(uintptr(t.fd), &t.iov, a, b)
+	if err == errAgain {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (t *loopTransport) writeNow(p []byte) (int, error) { return t.tryWrite(p, nil) }
+
+// flushQueue is not used: the loop writes the queue when the socket is
+// writable (startFlusher arms it).
+func (t *loopTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) {
+	return false, nil
+}
+
+func (t *loopTransport) write([]byte) (int, error) {
+	panic("rally: a loop transport is written by its loop")
+}
+
+func (t *loopTransport) canTry() bool       { return true }
+func (t *loopTransport) resumable() bool    { return true }
+func (t *loopTransport) aheadOfKernel() int { return 0 }
+func (t *loopTransport) flushBacklog()      {}
+
+// read reads into the loop's buffer, at most loopReadsPerEvent times per
+// readiness event; errLoopDry says there is nothing more for now.
+func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
+	if t.reads == 0 || t.fd < 0 {
+		return nil, 0, errLoopDry
+	}
+	t.reads--
+	buf := t.l.buf
+	n, err := readFd(uintptr(t.fd), buf)
+	switch {
+	case err == errAgain:
+		t.reads = 0
+		return nil, 0, errLoopDry
+	case err != nil:
+		return nil, 0, err
+	case n == 0:
+		return nil, 0, io.EOF
+	}
+	if n < len(buf) {
+		t.reads = 0 // most likely drained; epoll says if not
+	}
+	return &t.l.buf, n, nil
+}
+
+// armWritable asks the loop to write the queue when the socket is
+// writable. The caller holds the connection's write lock.
+func (t *loopTransport) armWritable() {
+	if t.armed || t.fd < 0 {
+		return
+	}
+	t.armed = true
+	if t.registered {
+		t.l.p.Mod(t.fd, t.tag, true)
+	}
+}
+
+func (t *loopTransport) disarmLocked() {
+	if !t.armed || t.fd < 0 {
+		return
+	}
+	t.armed = false
+	if t.registered {
+		t.l.p.Mod(t.fd, t.tag, false)
+	}
+}
+
+// closeFromAnywhere has the loop close the socket: at the end of the turn
+// when called on the loop, else as a task.
+func (t *loopTransport) closeFromAnywhere() {
+	if l := loopOfG(currentG()); l == t.l {
+		l.closing = append(l.closing, t)
+		return
+	}
+	t.l.post(loopTask{t: t, close: true})
+}
+
+// loopNetConn is the net.Conn of a loop connection: its addresses, and
+// Close, which the loop carries out. Reading and writing go through the
+// loop.
+type loopNetConn struct {
+	t            *loopTransport
+	laddr, raddr net.Addr
+	once         sync.Once
+}
+
+func (nc *loopNetConn) Read([]byte) (int, error)         { return 0, errLoopRead }
+func (nc *loopNetConn) Write([]byte) (int, error)        { return 0, errLoopRead }
+func (nc *loopNetConn) LocalAddr() net.Addr              { return nc.laddr }
+func (nc *loopNetConn) RemoteAddr() net.Addr             { return nc.raddr }
+func (nc *loopNetConn) SetDeadline(time.Time) error      { return nil }
+func (nc *loopNetConn) SetReadDeadline(time.Time) error  { return nil }
+func (nc *loopNetConn) SetWriteDeadline(time.Time) error { return nil }
+
+func (nc *loopNetConn) Close() error {
+	nc.once.Do(nc.t.closeFromAnywhere)
+	return nil
+}

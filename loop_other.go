@@ -8,3 +8,9 @@ type loopGroup struct{}
 
 // adopt reports false: the connection is served by a goroutine.
 func (g *loopGroup) adopt(*Server, *Conn) bool { return false }
+
+// gatherLocked reports false: no loop turn gathers sends.
+func (c *Conn) gatherLocked(uintptr) bool { return false }
+
+// onLoop reports false: there are no loops.
+func onLoop() bool { return false }

@@ -71,6 +71,7 @@ type modelConfig struct {
 	deflate  bool
 	takeover bool // the side under test compresses with context takeover
 	tls      bool
+	loop     bool // rally's side is served by a Server in event-loop mode
 }
 
 func TestConnKeepsItsWriteContractUnderRandomOperationSequences(t *testing.T) {
@@ -97,7 +98,12 @@ func TestConnKeepsItsWriteContractUnderRandomOperationSequences(t *testing.T) {
 		{name: "ClientDeflateNoTakeover", server: false, deflate: true},
 		{name: "ServerTLS", server: true, tls: true},
 		{name: "ClientTLSDeflateTakeover", server: false, tls: true, deflate: true, takeover: true},
+		{name: "ServerEventLoop", server: true, loop: true},
+		{name: "ServerEventLoopDeflateTakeover", server: true, deflate: true, takeover: true, loop: true},
 	} {
+		if cfg.loop && runtime.GOOS != "linux" {
+			continue
+		}
 		t.Run(cfg.name, rapid.MakeCheck(func(rt *rapid.T) {
 			m := newModel(rt, cfg)
 			defer m.abandon()
@@ -197,6 +203,9 @@ func newModel(rt *rapid.T, cfg modelConfig) *model {
 		}
 	}
 	m.open(opts)
+	if m.cfg.loop {
+		return m // the Server's Close callback reports the end
+	}
 	go func() {
 		for {
 			if _, _, err := m.c.Read(context.Background()); err != nil {
@@ -248,6 +257,34 @@ func (m *model) open(opts rally.ConnOptions) {
 		return nc, nil
 	}
 	var p *rawpeer.Peer
+	if m.cfg.loop {
+		// The driver's calls come from the test's goroutine, outside the
+		// loop: they keep the contract of any goroutine (a blocking Write
+		// waits for the loop to write its frame).
+		conns := make(chan *rally.Conn, 1)
+		s := &rally.Server{
+			EventLoop:  true,
+			EventLoops: 1,
+			Options:    &rally.AcceptOptions{ConnOptions: opts, Compression: z},
+			Open:       func(c *rally.Conn) { conns <- c },
+			Close:      func(c *rally.Conn, err *rally.CloseError) { m.readEnded <- err },
+		}
+		served := make(chan struct{})
+		go func() {
+			s.Serve(&modelListener{ln, func(nc net.Conn) { nc.(*net.TCPConn).SetWriteBuffer(modelSocketBuffer) }})
+			close(served)
+		}()
+		p, err = dialModelPeer(addr, offer, false)
+		if err != nil {
+			t.Fatalf("raw client handshake: %v", err)
+		}
+		tcpOf(p.NetConn()).SetReadBuffer(modelSocketBuffer)
+		m.c = <-conns
+		ln.Close()
+		<-served
+		m.pr = startPeerReader(p, !m.cfg.server, m.cfg.takeover)
+		return
+	}
 	if m.cfg.server {
 		conns := make(chan *rally.Conn, 1)
 		go func() {
@@ -317,6 +354,20 @@ func (m *model) open(opts rally.ConnOptions) {
 		}
 	}
 	m.pr = startPeerReader(p, !m.cfg.server, m.cfg.takeover)
+}
+
+// modelListener sets each accepted connection's socket buffers.
+type modelListener struct {
+	net.Listener
+	buffers func(net.Conn)
+}
+
+func (l *modelListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err == nil {
+		l.buffers(nc)
+	}
+	return nc, err
 }
 
 // dialModelPeer connects a raw client peer to addr, over TLS when asked,

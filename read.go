@@ -206,6 +206,9 @@ func (c *Conn) skipReader(ctx context.Context) error {
 
 // lockRead takes the read side for the calling goroutine.
 func (c *Conn) lockRead(ctx context.Context) error {
+	if c.rd.loop {
+		return errLoopRead
+	}
 	select {
 	case c.rd.sem <- struct{}{}:
 	default:
@@ -267,12 +270,18 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 			}
 			c.idleCompression()
 			if err := c.fill(); err != nil {
+				if err == errLoopDry {
+					// An event loop used up what arrived: it comes back
+					// when more does.
+					return event{}, err
+				}
 				if ctx != nil && ctx.Err() != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 					return event{}, ctx.Err()
 				}
 				return event{}, c.endRead(c.ioEnd(err), false)
 			}
-			if c.rd.served {
+			if c.rd.served && !c.rd.loop {
+				// (A loop's turn is a cork of its own.)
 				c.corkBegin()
 				c.rd.batch = true
 			}

@@ -136,6 +136,10 @@ func (s *Server) acceptOptions() *AcceptOptions {
 	return opts
 }
 
+// testEventLoop makes every Server use event loops, so that the package's
+// tests run in both modes (set by the tests from RALLY_TEST_EVENT_LOOP).
+var testEventLoop bool
+
 // start serves a connection whose handshake is done: on an event loop
 // when the Server has them and the connection can be, else on a goroutine
 // of its own (an HTTP/2 stream: on the handler's, which must not return
@@ -150,7 +154,7 @@ func (s *Server) start(c *Conn, h2 bool) {
 		c.serve(s)
 		return
 	}
-	if s.EventLoop && s.loops.adopt(s, c) {
+	if (s.EventLoop || testEventLoop) && s.loops.adopt(s, c) {
 		return
 	}
 	go c.serve(s)

@@ -87,6 +87,9 @@ const (
 // control frame), sends past its own goroutine's cork (flushing what the
 // cork gathered first), and waits until the frame has left.
 func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared []byte, mode Compress, ln lane) error {
+	if onLoop() {
+		return c.writeOnLoop(op, fin, p, prepared, mode, ln)
+	}
 	c.wr.mu.Lock()
 	if c.wr.q.streaming && (ln == laneMessage || ln == lanePrepared) {
 		c.unlockWrite()
@@ -132,6 +135,33 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	return c.waitFlushed(ctx, seq)
 }
 
+// writeOnLoop is a blocking write called on an event loop's goroutine,
+// which must not wait for the kernel (the loop's other connections would
+// wait with it): the frame is accepted in order, as a Send's would be,
+// and gathered with the loop turn's other sends; it returns nil once the
+// frame is accepted and the error that kept it out otherwise (the buffer
+// limit included, which a Send reports as Dropped).
+func (c *Conn) writeOnLoop(op frame.Opcode, fin bool, p, prepared []byte, mode Compress, ln lane) error {
+	if ln == laneMessage || ln == lanePrepared {
+		st, err := c.sendFrame(op, p, prepared, nil, mode)
+		if st == Dropped && err == nil {
+			return errLoopLimit
+		}
+		return err
+	}
+	// A ping, or a fragment of the Writer this goroutine streams.
+	g := currentG()
+	c.wr.mu.Lock()
+	if err := c.closedLocked(); err != nil {
+		c.unlockWrite()
+		return err
+	}
+	f := c.frameLocked(op, fin, p, mode, ln == laneFragment)
+	_, err := c.enqueueLocked(&f, !c.corkedLocked(g), false)
+	c.unlockWrite()
+	return err
+}
+
 // closedLocked returns why nothing more may be sent, or nil.
 func (c *Conn) closedLocked() error {
 	if c.wr.err != nil {
@@ -149,6 +179,12 @@ func (c *Conn) closedLocked() error {
 // remains to a flushing goroutine. If ctx ends meanwhile, the write
 // deadline cuts the wait. Called with the write lock held; releases it.
 func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
+	if _, ok := c.t.(asyncWriter); ok {
+		// An event loop writes the queue: wait for it.
+		c.startFlusher()
+		c.unlockWrite()
+		return c.waitFlushed(ctx, seq)
+	}
 	c.wr.flushing = true
 	c.armStallLocked()
 	c.wr.mu.Unlock()

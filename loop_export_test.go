@@ -1,0 +1,15 @@
+package rally
+
+import "os"
+
+// RALLY_TEST_EVENT_LOOP=1 runs every Server of the tests in event-loop
+// mode (see testEventLoop).
+func init() {
+	if os.Getenv("RALLY_TEST_EVENT_LOOP") == "1" {
+		testEventLoop = true
+	}
+}
+
+// LoopWrites is the number of write system calls made by event-loop
+// connections so far (benchmarks: writes per delivered message).
+func LoopWrites() uint64 { return loopWrites.Load() }
