@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -196,5 +199,59 @@ func TestEventLoopIsSetOnEveryWebSocketEndpoint(t *testing.T) {
 			}
 		}
 		s.shutdownNodes()
+	}
+}
+
+// rawWebSocket opens a WebSocket on path by hand (no client goroutine)
+// and returns it once the 101 was read.
+func rawWebSocket(t *testing.T, addr, path string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+	if _, err := nc.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	return nc
+}
+
+func TestEventLoopModeHoldsIdleConnectionsWithoutAGoroutineEach(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loops are Linux only")
+	}
+	const n = 64
+	for _, mode := range serveModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ts := serve(t, Config{EventLoop: mode.eventLoop})
+			addr := strings.TrimPrefix(ts.ws, "ws://")
+			before := runtime.NumGoroutine()
+			for range n {
+				rawWebSocket(t, addr, "/ws")
+			}
+			if !mode.eventLoop {
+				if grown := runtime.NumGoroutine() - before; grown < n {
+					t.Fatalf("goroutine mode: %d idle connections, %d more goroutines", n, grown)
+				}
+				return
+			}
+			// net/http's goroutine of each connection ends once the loop took
+			// it over: yield until it has (bounded).
+			grown := 0
+			for range 100000 {
+				if grown = runtime.NumGoroutine() - before; grown < n/4 {
+					return
+				}
+				runtime.Gosched()
+			}
+			t.Fatalf("event-loop mode: %d idle connections still hold %d more goroutines", n, grown)
+		})
 	}
 }
