@@ -22,9 +22,10 @@ import (
 // Close fail with ErrClosed. If a Writer is streaming a message, the close
 // frame follows the message's end (and the sends held meanwhile).
 //
-// On a connection served by a Server, and from any callback or hook on the
-// reading goroutine, Close sends and returns nil at once: whoever reads
-// finishes the handshake (a Server then calls Server.Close).
+// On a connection served by a Server, from any callback or hook on the
+// reading goroutine, and on an event loop's goroutine (Server.EventLoop),
+// Close sends and returns nil at once: whoever reads finishes the
+// handshake (a Server then calls Server.Close).
 func (c *Conn) Close(code uint16, reason string) error {
 	var buf [2 + frame.MaxCloseReason]byte
 	payload, err := frame.AppendClosePayload(buf[:0], code, []byte(reason))

@@ -2,12 +2,20 @@ package rally_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/conform"
+	"github.com/rallyws/rally/internal/rawpeer"
 )
 
 // loopEcho is an echo Server in event-loop mode.
@@ -93,4 +101,205 @@ func TestEventLoopServerServesARawListener(t *testing.T) {
 	}
 }
 
-var _ = httptest.NewServer
+func TestEventLoopServerPassesTheConformanceSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite takes a few seconds; run without -short")
+	}
+	s := &rally.Server{
+		EventLoop: true,
+		Options: &rally.AcceptOptions{
+			Compression: &rally.CompressionOptions{ServerNoContextTakeover: true},
+		},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			c.Write(context.Background(), typ, p)
+		},
+	}
+	addr := serve(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := conform.RunServer(ctx, "ws://"+addr+"/", &conform.Options{Agent: "rally-event-loop", Scale: 1.0 / 64, Cases: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", rep.Counts())
+	if !rep.Passed() {
+		t.Fatalf("not strict: %s", strings.Join(rep.Failures(), "; "))
+	}
+}
+
+func TestEventLoopLeavesNoGoroutineNorDescriptorAfterItsConnectionsEnd(t *testing.T) {
+	fdsBefore, gBefore := openFDs(t), runtime.NumGoroutine()
+	rec := newRecorder()
+	rec.closed = make(chan *rally.CloseError, 64)
+	s := loopEcho(rec)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	const n = 30
+	peers := make([]*rawpeer.Peer, n)
+	for i := range peers {
+		p, _, err := rawpeer.DialClient(ln.Addr().String(), "/", nil, wireTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[i] = p
+		p.WriteRaw(maskedZero(hx("81 02 68 69")))
+		wantWire(t, p, "81 02 68 69")
+	}
+	for i, p := range peers {
+		switch i % 3 {
+		case 0: // a close handshake
+			p.WriteRaw(maskedZero(hx("88 02 03 e8")))
+			wantWire(t, p, "88 02 03 e8")
+			p.ExpectEOF(t)
+			p.Close()
+		case 1: // the peer goes away without a close frame
+			p.Close()
+		}
+	}
+	// The rest are told to go by Shutdown.
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	for i, p := range peers {
+		if i%3 == 2 {
+			p.ExpectClose(t, 1001)
+			p.WriteRaw(maskedZero(hx("88 02 03 e9")))
+			p.ExpectEOF(t)
+			p.Close()
+		}
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; err != http.ErrServerClosed {
+		t.Fatalf("Serve = %v", err)
+	}
+	for range n {
+		select {
+		case <-rec.closed:
+		case <-time.After(wireTimeout):
+			t.Fatal("Server.Close was not called for every connection")
+		}
+	}
+	// Nothing signals the end of a goroutine or of a descriptor: poll,
+	// bounded.
+	deadline := time.Now().Add(wireTimeout)
+	for {
+		fds, gs := openFDs(t), runtime.NumGoroutine()
+		if fds <= fdsBefore && gs <= gBefore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every connection ended: %d descriptors open (%d before), %d goroutines (%d before):\n%s",
+				fds, fdsBefore, gs, gBefore, allStacks())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// openFDs counts the process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+func TestEventLoopTurnWritesEachConnectionOnceWhateverItsCallbacksSent(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are for Linux")
+	}
+	conns := make(chan *rally.Conn, 2)
+	var other atomic.Pointer[rally.Conn]
+	s := &rally.Server{
+		EventLoop:  true,
+		EventLoops: 1,
+		Open:       func(c *rally.Conn) { conns <- c },
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			for i := range 10 {
+				if st, err := other.Load().Send(rally.Text, []byte{'0' + byte(i)}); st != rally.Sent || err != nil {
+					panic(fmt.Sprint(st, err))
+				}
+			}
+			c.Write(context.Background(), typ, p)
+			c.Write(context.Background(), typ, p)
+		},
+	}
+	addr := serve(t, s)
+	pa := dialPeer(t, addr)
+	<-conns
+	pb := dialPeer(t, addr)
+	other.Store(<-conns)
+	before := rally.LoopWrites()
+	pa.WriteRaw(maskedZero(hx("81 02 68 69")))
+	wantWire(t, pa, "81 02 68 69")
+	wantWire(t, pa, "81 02 68 69")
+	for i := range 10 {
+		wantWire(t, pb, fmt.Sprintf("81 01 %02x", '0'+i))
+	}
+	if n := rally.LoopWrites() - before; n != 2 {
+		t.Fatalf("%d write system calls for one turn's 12 frames to two connections, want 2", n)
+	}
+}
+
+func TestEventLoopConnectionRefusesToBeReadByTheApplication(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are for Linux")
+	}
+	conns := make(chan *rally.Conn, 1)
+	s := &rally.Server{EventLoop: true, Open: func(c *rally.Conn) { conns <- c }}
+	dialPeer(t, serve(t, s))
+	c := <-conns
+	if _, _, err := c.Read(ctxT(t)); err == nil || !strings.Contains(err.Error(), "event loop") {
+		t.Fatalf("Read on a loop-driven connection = %v, want an error naming the event loop", err)
+	}
+	if _, _, err := c.Reader(ctxT(t)); err == nil {
+		t.Fatal("Reader on a loop-driven connection returned no error")
+	}
+}
+
+// warnings is a slog.Handler that hands every warning to a channel.
+type warnings chan string
+
+func (w warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w <- r.Message
+	}
+	return nil
+}
+func (w warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w warnings) WithGroup(string) slog.Handler      { return w }
+
+func TestEventLoopLogsACallbackThatBlocksIt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are for Linux")
+	}
+	logged := make(warnings, 4)
+	release := make(chan struct{})
+	s := &rally.Server{
+		EventLoop: true,
+		Options:   &rally.AcceptOptions{ConnOptions: rally.ConnOptions{Logger: slog.New(logged)}},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			<-release
+			c.Write(context.Background(), typ, p)
+		},
+	}
+	p := dialPeer(t, serve(t, s))
+	p.WriteRaw(maskedZero(hx("81 02 68 69")))
+	select {
+	case msg := <-logged:
+		if !strings.Contains(msg, "event loop is blocked") {
+			t.Fatalf("logged %q", msg)
+		}
+	case <-time.After(4 * wireTimeout):
+		t.Fatal("a callback blocked the loop and nothing was logged")
+	}
+	close(release)
+	wantWire(t, p, "81 02 68 69")
+}

@@ -58,8 +58,10 @@ type Server struct {
 	// an idle connection is a registered socket and its state, nothing
 	// more, and what the callbacks of one loop turn send to a connection
 	// leaves in one write after the turn, whatever the number of senders.
-	// Elsewhere it is ignored (goroutine mode). Connections over TLS made
-	// by net/http and WebSockets over HTTP/2 stay in goroutine mode.
+	// Elsewhere it is ignored (goroutine mode). Connections over TLS
+	// (net/http's, or NewTLSListener's) and WebSockets over HTTP/2 stay
+	// in goroutine mode. Serve and ServeHTTP both hand connections to the
+	// loops; the handshake itself runs on a goroutine, as without loops.
 	//
 	// The callbacks then run on the loop goroutine, which serves many
 	// connections: a callback that blocks holds up all of them (the loop

@@ -36,6 +36,11 @@ var (
 // so. A message compressed with context takeover can never be taken back
 // (the peer's inflater must see every message the compressor saw), so
 // cancelling such a Write fails the connection.
+//
+// Called on an event loop's goroutine (a callback of a Server with
+// EventLoop set), Write does not wait for the kernel: it returns nil once
+// the frame is accepted (it leaves in order, after the loop's turn), or
+// the error that kept it out; see Server.EventLoop.
 func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
 	if err := c.checkMessage(typ, p); err != nil {
 		return err
@@ -213,13 +218,16 @@ func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
 	}
 	// Hand over what is left (frames queued behind this one, or this one,
 	// if ctx cut the wait) to a flushing goroutine, once the deadline that
-	// cut the wait is cleared.
-	c.wr.flushing = false
-	c.unlockWrite()
+	// cut the wait is cleared. The flushing role is kept until then, so
+	// that no other goroutine writes under this one's deadline or takes
+	// the write watch while this one clears it (completions wait for the
+	// next unlockWrite).
 	if watched {
+		c.wr.mu.Unlock()
 		c.unwatchWrite()
+		c.wr.mu.Lock()
 	}
-	c.wr.mu.Lock()
+	c.wr.flushing = false
 	var err error
 	if cut {
 		var fail bool
