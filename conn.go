@@ -76,8 +76,8 @@ type writeSide struct {
 	writer  *messageWriter // made by the first Writer
 	streamZ bool           // the streamed message is compressed
 
-	corks    corkState
-	loopMark uint64 // the loop turn that gathered sends to this connection (gatherLocked)
+	corks    *corkState // made by the first cork
+	loopMark uint64     // the loop turn that gathered sends to this connection (gatherLocked)
 
 	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
 	drainArmed bool         // a send was queued under backpressure

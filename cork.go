@@ -50,7 +50,7 @@ func (c *Conn) Cork(f func()) {
 func (c *Conn) corkBegin() {
 	g := currentG()
 	c.wr.mu.Lock()
-	k := &c.wr.corks
+	k := c.corksLocked()
 	free := -1
 	for i := range k.holders {
 		h := &k.holders[i]
@@ -74,7 +74,11 @@ func (c *Conn) corkBegin() {
 func (c *Conn) corkEnd() {
 	g := currentG()
 	c.wr.mu.Lock()
-	k := &c.wr.corks
+	k := c.wr.corks
+	if k == nil {
+		c.wr.mu.Unlock()
+		return
+	}
 	var ended bool
 	for i := range k.holders {
 		h := &k.holders[i]
@@ -122,9 +126,21 @@ func (c *Conn) corkEnd() {
 	c.wr.mu.Unlock()
 }
 
+// corksLocked returns the connection's cork state, made the first time a
+// cork is taken (a connection that is never corked does without it).
+func (c *Conn) corksLocked() *corkState {
+	if c.wr.corks == nil {
+		c.wr.corks = new(corkState)
+	}
+	return c.wr.corks
+}
+
 // holdsCorkLocked reports whether goroutine g holds one of the
 // connection's own corks.
 func (c *Conn) holdsCorkLocked(g uintptr) bool {
+	if c.wr.corks == nil {
+		return false
+	}
 	for _, h := range c.wr.corks.holders {
 		if h.depth > 0 && h.g == g {
 			return true
@@ -140,10 +156,11 @@ func (c *Conn) corkedLocked(g uintptr) bool {
 	if c.holdsCorkLocked(g) {
 		return true
 	}
-	k := &c.wr.corks
-	for i := range k.joined {
-		if k.joined[i].g == g {
-			return true
+	if k := c.wr.corks; k != nil {
+		for i := range k.joined {
+			if k.joined[i].g == g {
+				return true
+			}
 		}
 	}
 	// An event loop's turn gathers its callbacks' sends to every
@@ -153,7 +170,10 @@ func (c *Conn) corkedLocked(g uintptr) bool {
 
 // anyCorkLocked reports whether any cork holds the connection.
 func (c *Conn) anyCorkLocked() bool {
-	k := &c.wr.corks
+	k := c.wr.corks
+	if k == nil {
+		return false
+	}
 	for i := range k.holders {
 		if k.holders[i].depth > 0 {
 			return true
@@ -195,7 +215,7 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 		c.unlockWrite()
 		return false
 	}
-	k := &c.wr.corks
+	k := c.corksLocked()
 	for _, j := range k.joined {
 		if j.origin == origin && j.g == g {
 			// Joined already: it flushes when this batch ends.
@@ -213,7 +233,8 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 		c.leaveCork(origin, g)
 		return false
 	}
-	origin.wr.corks.peers = append(origin.wr.corks.peers, joinedPeer{c: c, g: g})
+	oc := origin.corksLocked()
+	oc.peers = append(oc.peers, joinedPeer{c: c, g: g})
 	origin.wr.mu.Unlock()
 	return true
 }
@@ -221,7 +242,7 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 // leaveCork ends the cork JoinCork took for origin's goroutine g.
 func (c *Conn) leaveCork(origin *Conn, g uintptr) {
 	c.wr.mu.Lock()
-	k := &c.wr.corks
+	k := c.corksLocked()
 	for i, j := range k.joined {
 		if j.origin == origin && j.g == g {
 			last := len(k.joined) - 1

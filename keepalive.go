@@ -8,10 +8,7 @@ import (
 
 // startKeepalive arms the ping and idle timer when either is configured.
 func (c *Conn) startKeepalive() {
-	period := c.opts.PingInterval
-	if c.opts.IdleTimeout > 0 && (period <= 0 || c.opts.IdleTimeout < period) {
-		period = c.opts.IdleTimeout
-	}
+	period := c.keepalivePeriod()
 	if period <= 0 {
 		return
 	}
@@ -21,18 +18,42 @@ func (c *Conn) startKeepalive() {
 	c.wr.mu.Unlock()
 }
 
-// tick pings a quiet peer and closes an idle one with 1001.
+// keepalivePeriod is how often the ping and idle timer looks at the
+// connection at most (0: neither is configured).
+func (c *Conn) keepalivePeriod() time.Duration {
+	period := c.opts.PingInterval
+	if c.opts.IdleTimeout > 0 && (period <= 0 || c.opts.IdleTimeout < period) {
+		period = c.opts.IdleTimeout
+	}
+	return max(period, 0)
+}
+
+// tick is the keepalive timer of a connection a goroutine reads.
 func (c *Conn) tick() {
+	next, ok := c.keepaliveDue(time.Now())
+	if !ok {
+		return
+	}
+	c.wr.mu.Lock()
+	if t := c.cl.keepalive; t != nil { // nil: an event loop took over (see toLoop)
+		t.Reset(max(next, time.Millisecond))
+	}
+	c.wr.mu.Unlock()
+}
+
+// keepaliveDue pings a quiet peer and closes an idle one with 1001. It
+// returns how long until it should look again, or false once the
+// connection is closing or closed.
+func (c *Conn) keepaliveDue(now time.Time) (time.Duration, bool) {
 	select {
 	case <-c.cl.done:
-		return
+		return 0, false
 	default:
 	}
-	now := time.Now()
 	idle := now.Sub(time.Unix(0, c.rd.last.Load()))
 	if c.opts.IdleTimeout > 0 && idle >= c.opts.IdleTimeout {
 		c.closeWithCode(frame.CloseGoingAway, "idle timeout")
-		return
+		return 0, false
 	}
 	next := time.Duration(1<<63 - 1)
 	if c.opts.IdleTimeout > 0 {
@@ -49,6 +70,6 @@ func (c *Conn) tick() {
 		}
 		next = min(next, p-idle%p)
 	}
-	c.cl.keepalive.Reset(max(next, time.Millisecond))
 	c.unlockWrite()
+	return next, true
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -34,30 +35,71 @@ func adoptPair(tb testing.TB, s *Server, bare bool) (*Conn, net.Conn, int) {
 	return c, peer, fd
 }
 
-// BenchmarkEventLoopIdleConnMemory opens connections served by event loops
-// that stay idle and reports the Go memory (heap and stacks) each costs on
-// the server side, and the size of the structures it holds.
+// BenchmarkEventLoopIdleConnMemory opens TCP connections served by event
+// loops that stay idle and reports the Go memory (heap and stacks) each
+// costs on the server side, and the size of the structures it holds. The
+// client ends are bare descriptors (no Go memory); run it with
+// -benchtime 1x. "keepalive" sets a ping interval and an idle timeout,
+// which the loop's sweep looks after (no timer per connection).
 func BenchmarkEventLoopIdleConnMemory(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchmarkLoopIdle(b, nil) })
+	b.Run("keepalive", func(b *testing.B) {
+		benchmarkLoopIdle(b, &ConnOptions{PingInterval: time.Minute, IdleTimeout: 2 * time.Minute})
+	})
+}
+
+func benchmarkLoopIdle(b *testing.B, opts *ConnOptions) {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	n := min(10000, int(lim.Cur-300)/2) // each connection is two descriptors here
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	dial := func() int {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := syscall.Connect(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			b.Fatal(err)
+		}
+		return fd
+	}
+	adopt := func(s *Server) *Conn {
+		nc, err := ln.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := newConn(nc, nil, true, "", opts)
+		c.rd.served = true
+		s.set.begin()
+		s.set.commit(c)
+		if !s.loops.adopt(s, c) {
+			b.Fatal("the event loop did not adopt the connection")
+		}
+		return c
+	}
 	for range b.N {
 		var opened sync.WaitGroup
-		opened.Add(n)
 		s := &Server{EventLoop: true, Open: func(*Conn) { opened.Done() }}
 		// One connection first, so that the loops and their buffers are
 		// not counted.
-		first, _, firstPeer := adoptPair(b, s, true)
 		opened.Add(1)
+		firstPeer := dial()
+		first := adopt(s)
+		opened.Wait()
+		peers := make([]int, 0, n)
+		conns := make([]*Conn, 0, n)
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		conns := make([]*Conn, 0, n)
-		peers := make([]int, 0, n)
+		opened.Add(n)
 		for range n {
-			c, _, peer := adoptPair(b, s, true)
-			conns = append(conns, c)
-			peers = append(peers, peer)
+			peers = append(peers, dial())
+			conns = append(conns, adopt(s))
 		}
 		opened.Wait()
 		for range 3 {
@@ -69,14 +111,13 @@ func BenchmarkEventLoopIdleConnMemory(b *testing.B) {
 		b.ReportMetric(float64(heap+stack)/float64(n), "bytes/conn")
 		b.ReportMetric(float64(heap)/float64(n), "heap-bytes/conn")
 		b.ReportMetric(float64(unsafe.Sizeof(Conn{})), "sizeof-Conn")
-		b.ReportMetric(float64(unsafe.Sizeof(loopTransport{})+unsafe.Sizeof(loopNetConn{})), "sizeof-loop-parts")
+		b.ReportMetric(float64(unsafe.Sizeof(loopTransport{})), "sizeof-loopTransport")
 		b.ReportMetric(float64(n), "conns")
-		for i, c := range append(conns, first) {
+		for i, c := range conns {
 			c.CloseNow()
-			if i < len(peers) {
-				syscall.Close(peers[i])
-			}
+			syscall.Close(peers[i])
 		}
+		first.CloseNow()
 		syscall.Close(firstPeer)
 		s.Shutdown(b.Context())
 	}
@@ -96,11 +137,11 @@ func BenchmarkEventLoopEcho(b *testing.B) {
 			go feed(peer, clientFrames(size, max(1, (64<<10)/(size+14))))
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
-			w0 := loopWrites.Load()
+			w0 := loopWriteCalls()
 			b.ResetTimer()
 			readFrames(b, peer, size, b.N)
 			b.StopTimer()
-			b.ReportMetric(float64(loopWrites.Load()-w0)/float64(b.N), "writes/msg")
+			b.ReportMetric(float64(loopWriteCalls()-w0)/float64(b.N), "writes/msg")
 			c.CloseNow()
 			peer.Close()
 			s.Shutdown(b.Context())
@@ -128,35 +169,56 @@ func frameHeaderSize(n int) int {
 	return frameSize(n, false) - n
 }
 
-// BenchmarkEventLoopChatFanout is a chat room on one event loop: sender
-// connections get messages, and the Message callback sends each to every
-// receiver connection. b.N counts deliveries (one message reaching one
-// receiver). It reports the write system calls per delivery, which the
-// loop's per-turn gathering brings below one: a receiver gets one write
-// per turn, whatever the number of messages of the turn.
+// BenchmarkEventLoopChatFanout is a chat room: sender connections get
+// messages, and the Message callback sends each to every receiver
+// connection. b.N counts deliveries (one message reaching one receiver).
+// "loop" serves them all from one event loop, and reports the write
+// system calls per delivery, which the loop's per-turn gathering brings
+// below one: a receiver gets one write per turn, whatever the number of
+// messages of the turn. "goroutines" is goroutine mode, each receiver
+// joining the sender's cork (JoinCork) as pubsub does.
 func BenchmarkEventLoopChatFanout(b *testing.B) {
+	b.Run("loop", func(b *testing.B) { benchmarkChat(b, true) })
+	b.Run("goroutines", func(b *testing.B) { benchmarkChat(b, false) })
+}
+
+func benchmarkChat(b *testing.B, loop bool) {
 	const senders, receivers, size = 4, 32, 16
 	var rcv []*Conn
-	s := &Server{EventLoop: true, EventLoops: 1}
+	s := &Server{EventLoop: loop, EventLoops: 1}
 	s.Message = func(c *Conn, typ MessageType, p []byte) {
 		for _, r := range rcv {
+			r.JoinCork(c)
 			r.Send(typ, p)
 		}
 	}
+	open := func() (*Conn, net.Conn) {
+		if loop {
+			c, peer, _ := adoptPair(b, s, false)
+			return c, peer
+		}
+		nc, peer := socketPair(b)
+		c := newConn(nc, nil, true, "", nil)
+		c.rd.served = true
+		s.set.begin()
+		s.set.commit(c)
+		go c.serve(s)
+		return c, peer
+	}
 	var rpeers, speers []net.Conn
 	for range receivers {
-		c, peer, _ := adoptPair(b, s, false)
+		c, peer := open()
 		rcv = append(rcv, c)
 		rpeers = append(rpeers, peer)
 	}
 	var snd []*Conn
 	for range senders {
-		c, peer, _ := adoptPair(b, s, false)
+		c, peer := open()
 		snd = append(snd, c)
 		speers = append(speers, peer)
 	}
 	b.ReportAllocs()
-	w0 := loopWrites.Load()
+	w0 := loopWriteCalls()
 	per := (b.N + receivers - 1) / receivers // messages, each to every receiver
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -176,7 +238,9 @@ func BenchmarkEventLoopChatFanout(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64(loopWrites.Load()-w0)/float64(per*receivers), "writes/delivery")
+	if loop {
+		b.ReportMetric(float64(loopWriteCalls()-w0)/float64(per*receivers), "writes/delivery")
+	}
 	for _, c := range append(rcv, snd...) {
 		c.CloseNow()
 	}

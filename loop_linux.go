@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,10 @@ const loopReadSize = 63 << 10
 // (epoll, level-triggered, reports it again).
 const loopReadsPerEvent = 4
 
+// loopGatherMax is how much a loop turn gathers for one connection before
+// it writes at once.
+const loopGatherMax = 64 << 10
+
 // loopEvents is the most events one wait returns.
 const loopEvents = 256
 
@@ -84,9 +89,10 @@ type loop struct {
 
 	n int // connections adopted and not yet closed; guarded by grp.mu
 
-	taskMu sync.Mutex
-	tasks  []loopTask
-	spare  []loopTask
+	taskMu  sync.Mutex
+	tasks   []loopTask
+	spare   []loopTask
+	stopped bool // guarded by taskMu
 
 	gen atomic.Uint32
 
@@ -99,24 +105,45 @@ type loop struct {
 	dirty   []*Conn
 	closing []*loopTransport
 
-	turnStart atomic.Int64 // when the running turn began (unix ns); 0 while waiting
+	writes    atomic.Uint64 // write system calls on its connections
+	turnStart atomic.Int64  // when the running turn began (unix ns); 0 while waiting
 	turns     atomic.Uint64
 	watch     *time.Timer
 	logged    uint64 // the turn last logged as blocked
+
+	// The keepalive sweep: every sweepEvery the loop pings and times out
+	// the connections that are due (keepaliveDue), instead of a timer
+	// per connection. Owned by the loop goroutine but for the timer.
+	sweeper    *time.Timer
+	sweepEvery time.Duration
 }
 
 type loopTask struct {
 	t     *loopTransport
-	close bool // else adopt
+	close bool // else adopt (or, with t nil, sweep)
 }
 
 // loopTurns numbers the turns of every loop, so that a turn's mark on a
 // connection (gatherLocked) is never another turn's.
 var loopTurns atomic.Uint64
 
-// loopWrites counts the write system calls of loop connections, for the
-// benchmarks (writes per delivered message).
-var loopWrites atomic.Uint64
+// stoppedWrites counts the write system calls of the connections of loops
+// that have stopped (see loopWriteCalls).
+var stoppedWrites atomic.Uint64
+
+// loopWriteCalls is the number of write system calls made on loop
+// connections so far, for the benchmarks (writes per delivered message).
+// Each loop counts its own, so that writers on many cores do not share
+// one counter.
+func loopWriteCalls() uint64 {
+	n := stoppedWrites.Load()
+	if p := running.loops.Load(); p != nil {
+		for _, l := range *p {
+			n += l.writes.Load()
+		}
+	}
+	return n
+}
 
 // running is the loops that run in the process, for gatherLocked to find
 // the loop of the calling goroutine. Copied on write.
@@ -173,6 +200,12 @@ func (c *Conn) gatherLocked(g uintptr) bool {
 	if l == nil || !l.inTurn {
 		return false
 	}
+	if c.wr.q.queued() >= loopGatherMax {
+		// Enough for one write: it goes now (what the kernel does not
+		// take waits as backpressure, and counts against the buffer
+		// limit), rather than piling up in memory until the turn ends.
+		return false
+	}
 	if c.wr.loopMark != l.mark {
 		c.wr.loopMark = l.mark
 		l.dirty = append(l.dirty, c)
@@ -201,7 +234,7 @@ func (grp *loopGroup) adopt(s *Server, c *Conn) bool {
 		grp.mu.Lock()
 		l.n--
 		grp.mu.Unlock()
-		l.p.Wake() // a loop started for it stops again
+		l.wake() // a loop started for it stops again
 		return false
 	}
 	l.post(loopTask{t: c.t.(*loopTransport)})
@@ -227,10 +260,21 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	orig := c.nc
 	t := &loopTransport{fd: fd, c: c, l: l}
 	t.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
+	t.setAddrs(orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
-	c.nc = &loopNetConn{t: t, laddr: orig.LocalAddr(), raddr: orig.RemoteAddr()}
-	c.dl.nc = c.nc
+	c.nc = t
+	c.dl.nc = t
 	c.rd.loop = true
+	// Nobody reads but the loop (Read refuses, Close does not read on a
+	// served connection): the read lock is not needed.
+	c.rd.sem = nil
+	if k := c.cl.keepalive; k != nil {
+		// The loop's sweep pings and times out its connections: no timer
+		// per connection.
+		k.Stop()
+		c.cl.keepalive = nil
+		t.keepalive = c.keepalivePeriod()
+	}
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
 	return true
@@ -277,11 +321,25 @@ func (grp *loopGroup) pick(s *Server) (*loop, error) {
 	return l, nil
 }
 
-// post hands a task to the loop from any goroutine and wakes it.
+// wake makes the loop turn, unless it has stopped.
+func (l *loop) wake() {
+	l.taskMu.Lock()
+	defer l.taskMu.Unlock()
+	if !l.stopped {
+		l.p.Wake()
+	}
+}
+
+// post hands a task to the loop from any goroutine and wakes it. A loop
+// that stopped takes nothing more (a timer may still fire): its eventfd
+// is closed, and its number may belong to another file by now.
 func (l *loop) post(task loopTask) {
 	l.taskMu.Lock()
+	defer l.taskMu.Unlock()
+	if l.stopped {
+		return
+	}
 	l.tasks = append(l.tasks, task)
-	l.taskMu.Unlock()
 	l.p.Wake()
 }
 
@@ -290,10 +348,15 @@ func (l *loop) run(started chan<- struct{}) {
 	l.buf = make([]byte, loopReadSize)
 	setRunning(l, true)
 	l.watch = time.AfterFunc(loopWatchdog, l.watchdog)
+	l.sweepEvery = loopSweep
 	close(started)
 	defer func() {
 		l.watch.Stop()
+		if l.sweeper != nil {
+			l.sweeper.Stop()
+		}
 		setRunning(l, false)
+		stoppedWrites.Add(l.writes.Load())
 		l.p.Close()
 	}()
 	for {
@@ -334,11 +397,11 @@ func (l *loop) stopIfEmpty() bool {
 		return false
 	}
 	l.taskMu.Lock()
-	pending := len(l.tasks)
-	l.taskMu.Unlock()
-	if pending > 0 {
+	defer l.taskMu.Unlock()
+	if len(l.tasks) > 0 {
 		return false
 	}
+	l.stopped = true
 	l.grp.slots[l.slot] = nil
 	return true
 }
@@ -358,7 +421,9 @@ func (l *loop) runTasks() {
 	l.tasks = l.spare[:0]
 	l.taskMu.Unlock()
 	for i, task := range tasks {
-		if task.close {
+		if task.t == nil {
+			l.sweep()
+		} else if task.close {
 			l.closing = append(l.closing, task.t)
 		} else {
 			l.register(task.t)
@@ -379,7 +444,6 @@ func (l *loop) register(t *loopTransport) {
 		l.table = append(l.table, make([]*loopTransport, max(64, len(l.table)))...)
 	}
 	l.table[fd] = t
-	c.rd.sem <- struct{}{} // the loop holds the read side for good
 	c.rd.g.Store(l.g)
 	c.wr.mu.Lock()
 	var err error
@@ -392,12 +456,53 @@ func (l *loop) register(t *loopTransport) {
 		c.finish(&CloseError{Code: CloseAbnormal, Err: err})
 		return
 	}
+	if t.keepalive > 0 {
+		t.due = time.Now().Add(t.keepalive).UnixNano()
+		l.armSweep(t.keepalive)
+	}
 	if s := l.srv; s.Open != nil {
 		c.callOpen(s.Open)
 	}
 	if len(c.rd.in) > 0 {
 		l.deliver(t)
 	}
+}
+
+// loopSweep is how often a loop looks for keepalive work at most: pings
+// and idle timeouts are that coarse (finer when a connection's period is
+// short).
+const loopSweep = time.Second
+
+// armSweep makes sure the sweep runs, at least every quarter of period.
+func (l *loop) armSweep(period time.Duration) {
+	every := min(l.sweepEvery, max(period/4, 5*time.Millisecond))
+	if l.sweeper == nil {
+		l.sweepEvery = every
+		l.sweeper = time.AfterFunc(every, func() { l.post(loopTask{}) })
+		return
+	}
+	if every < l.sweepEvery {
+		l.sweepEvery = every
+		l.sweeper.Reset(every)
+	}
+}
+
+// sweep does the keepalive work of the connections that are due.
+func (l *loop) sweep() {
+	now := time.Now()
+	ns := now.UnixNano()
+	for _, t := range l.table {
+		if t == nil || t.keepalive <= 0 || t.closed || ns < t.due {
+			continue
+		}
+		next, ok := t.c.keepaliveDue(now)
+		if !ok {
+			t.keepalive = 0
+			continue
+		}
+		t.due = ns + int64(next)
+	}
+	l.sweeper.Reset(l.sweepEvery)
 }
 
 // event handles one readiness report.
@@ -437,7 +542,7 @@ func (l *loop) deliver(t *loopTransport) {
 	c := t.c
 	s := l.srv
 	t.reads = loopReadsPerEvent
-	for c.rd.end == nil {
+	for c.rd.end == nil && !c.ended() {
 		typ, p, err := c.nextMessage(nil)
 		if err != nil {
 			break
@@ -454,6 +559,17 @@ func (l *loop) deliver(t *loopTransport) {
 		c.rd.linger = false
 		t.winding = true
 		l.windDown(t)
+	}
+}
+
+// ended reports whether the connection has ended (a callback called
+// CloseNow, say): what is left of the input is not delivered.
+func (c *Conn) ended() bool {
+	select {
+	case <-c.cl.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -596,7 +712,11 @@ func (l *loop) watchdog() {
 				"loop", l.slot, "blocked", d.Round(time.Millisecond).String())
 		}
 	}
-	l.watch.Reset(loopWatchdog / 4)
+	l.taskMu.Lock()
+	if !l.stopped {
+		l.watch.Reset(loopWatchdog / 4)
+	}
+	l.taskMu.Unlock()
 }
 
 // loopTransport is a connection's socket owned by a loop.
@@ -611,6 +731,12 @@ type loopTransport struct {
 	registered bool
 
 	// Owned by the loop goroutine.
+	local, remote netip.AddrPort
+	addrs         *[2]net.Addr // other than TCP
+
+	keepalive time.Duration // the ping and idle period, when the sweep looks after it
+	due       int64         // when the sweep looks next (unix ns)
+
 	reads   int
 	winding bool // the read side ended with a close frame: winding TCP down
 	shut    bool // the sending side is shut
@@ -625,7 +751,7 @@ func (t *loopTransport) tryWrite(a, b []byte) (int, error) {
 	if t.fd < 0 {
 		return 0, net.ErrClosed
 	}
-	loopWrites.Add(1)
+	t.l.writes.Add(1)
 	n, err := writeFd(uintptr(t.fd), &t.iov, a, b)
 	if err == errAgain {
 		return 0, nil
@@ -706,24 +832,43 @@ func (t *loopTransport) closeFromAnywhere() {
 	t.l.post(loopTask{t: t, close: true})
 }
 
-// loopNetConn is the net.Conn of a loop connection: its addresses, and
-// Close, which the loop carries out. Reading and writing go through the
-// loop.
-type loopNetConn struct {
-	t            *loopTransport
-	laddr, raddr net.Addr
-	once         sync.Once
+// The loopTransport is the connection's net.Conn too (Conn.nc): its
+// addresses, and Close, which the loop carries out. Reading and writing
+// go through the loop. TCP addresses are kept as values, not as the
+// *net.TCPAddr pair (two more allocations per connection).
+
+func (t *loopTransport) setAddrs(local, remote net.Addr) {
+	lt, ok1 := local.(*net.TCPAddr)
+	rt, ok2 := remote.(*net.TCPAddr)
+	if ok1 && ok2 && lt.Zone == "" && rt.Zone == "" {
+		t.local, t.remote = lt.AddrPort(), rt.AddrPort()
+		return
+	}
+	t.addrs = &[2]net.Addr{local, remote}
 }
 
-func (nc *loopNetConn) Read([]byte) (int, error)         { return 0, errLoopRead }
-func (nc *loopNetConn) Write([]byte) (int, error)        { return 0, errLoopRead }
-func (nc *loopNetConn) LocalAddr() net.Addr              { return nc.laddr }
-func (nc *loopNetConn) RemoteAddr() net.Addr             { return nc.raddr }
-func (nc *loopNetConn) SetDeadline(time.Time) error      { return nil }
-func (nc *loopNetConn) SetReadDeadline(time.Time) error  { return nil }
-func (nc *loopNetConn) SetWriteDeadline(time.Time) error { return nil }
+func (t *loopTransport) LocalAddr() net.Addr {
+	if t.addrs != nil {
+		return t.addrs[0]
+	}
+	return net.TCPAddrFromAddrPort(t.local)
+}
 
-func (nc *loopNetConn) Close() error {
-	nc.once.Do(nc.t.closeFromAnywhere)
+func (t *loopTransport) RemoteAddr() net.Addr {
+	if t.addrs != nil {
+		return t.addrs[1]
+	}
+	return net.TCPAddrFromAddrPort(t.remote)
+}
+
+func (t *loopTransport) Read([]byte) (int, error)         { return 0, errLoopRead }
+func (t *loopTransport) Write([]byte) (int, error)        { return 0, errLoopRead }
+func (t *loopTransport) SetDeadline(time.Time) error      { return nil }
+func (t *loopTransport) SetReadDeadline(time.Time) error  { return nil }
+func (t *loopTransport) SetWriteDeadline(time.Time) error { return nil }
+
+// Close has the loop close the socket (once; finish calls it once).
+func (t *loopTransport) Close() error {
+	t.closeFromAnywhere()
 	return nil
 }

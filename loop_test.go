@@ -303,3 +303,84 @@ func TestEventLoopLogsACallbackThatBlocksIt(t *testing.T) {
 	close(release)
 	wantWire(t, p, "81 02 68 69")
 }
+
+func TestEventLoopWriteInACallbackDoesNotWaitForASlowPeer(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are for Linux")
+	}
+	results := make(chan error, 1)
+	s := &rally.Server{
+		EventLoop: true,
+		Options:   &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: 1 << 20}},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			// The peer reads nothing: a Write that waited for the kernel
+			// would never return. Each returns at once, until the
+			// buffer limit refuses one.
+			big := make([]byte, 256<<10)
+			for range 1000 {
+				if err := c.Write(context.Background(), rally.Binary, big); err != nil {
+					results <- err
+					return
+				}
+			}
+			results <- nil
+		},
+	}
+	p := dialPeer(t, serve(t, s))
+	tcpOf(p.NetConn()).SetReadBuffer(4 << 10)
+	p.WriteRaw(maskedZero(hx("81 02 67 6f")))
+	select {
+	case err := <-results:
+		if err == nil || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("Write on the loop past the buffer limit = %v, want the limit's error", err)
+		}
+	case <-time.After(4 * wireTimeout):
+		t.Fatal("a Write in a callback waited for a peer that does not read")
+	}
+}
+
+func TestEventLoopPingsAQuietPeerAndClosesAnIdleOneWith1001(t *testing.T) {
+	s := &rally.Server{
+		EventLoop: true,
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
+			PingInterval: 50 * time.Millisecond,
+			IdleTimeout:  300 * time.Millisecond,
+		}},
+	}
+	p := dialPeer(t, serve(t, s))
+	for {
+		f, err := p.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for a ping: %v", err)
+		}
+		if f.Opcode == rawpeer.OpPing {
+			break
+		}
+	}
+	// The peer stays silent (it does not even answer the pings).
+	f := p.ExpectClose(t, 1001)
+	if _, reason, _ := rawpeer.ParseClose(f.Payload); string(reason) != "idle timeout" {
+		t.Fatalf("close reason %q, want \"idle timeout\"", reason)
+	}
+}
+
+func TestEventLoopDeliversNothingAfterACallbackCutTheConnection(t *testing.T) {
+	rec := newRecorder()
+	s := &rally.Server{
+		EventLoop: true,
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			rec.add("message " + string(p))
+			c.CloseNow()
+		},
+		Close: rec.close,
+	}
+	p := dialPeer(t, serve(t, s))
+	p.WriteRaw(maskedZero(hx("81 01 61  81 01 62  81 01 63")))
+	p.ExpectEOF(t)
+	if ce := rec.waitClose(t); ce.Code != 1006 {
+		t.Fatalf("Server.Close got %v, want 1006", ce)
+	}
+	if got := rec.log(); len(got) != 2 || got[0] != "message a" {
+		t.Fatalf("callbacks %q, want one message, then the close", got)
+	}
+}

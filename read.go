@@ -325,7 +325,7 @@ func (c *Conn) fill() error {
 		}
 		c.wr.mu.Unlock()
 	}
-	if c.cl.keepalive != nil {
+	if c.opts.PingInterval > 0 || c.opts.IdleTimeout > 0 {
 		c.rd.last.Store(time.Now().UnixNano())
 	}
 	return nil

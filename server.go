@@ -73,7 +73,10 @@ type Server struct {
 	// a Send reports as Dropped); use SendDone to learn when a frame
 	// reached the kernel, or that it never will. Close sends and returns,
 	// as from any callback. Read, ReadAppend and Reader return an error
-	// on a loop-driven connection: its messages reach Message.
+	// on a loop-driven connection: its messages reach Message. A Writer
+	// opened on the loop waits while another goroutine's Writer streams
+	// on the same connection: do not stream from the loop to a
+	// connection other goroutines stream to.
 	EventLoop bool
 
 	// EventLoops is the number of event loops when EventLoop is set; 0
