@@ -141,6 +141,11 @@ func TestIdleSendsPingsAndCountsThePongs(t *testing.T) {
 
 func TestIdleOpensFromTheSourceAddressesGiven(t *testing.T) {
 	s := startServer(t, echoReply)
+	opened := make(chan string, 6)
+	s.onOpen = func(c *serverConn) {
+		host, _, _ := strings.Cut(c.nc.RemoteAddr().String(), ":")
+		opened <- host
+	}
 	ips, err := loadgen.ParseSourceAddrs("127.0.0.2-127.0.0.4")
 	if err != nil {
 		t.Fatal(err)
@@ -149,17 +154,13 @@ func TestIdleOpensFromTheSourceAddressesGiven(t *testing.T) {
 	if res.Idle.Held != 6 {
 		t.Fatalf("held %d of 6: %v", res.Idle.Held, res.ErrorSamples)
 	}
-	seen := map[string]int{}
-	for _, c := range s.room() {
-		host, _, _ := strings.Cut(c.nc.RemoteAddr().String(), ":")
-		seen[host]++
+	from := map[string]int{}
+	for range 6 {
+		from[<-opened]++
 	}
-	// The connections are still open on the server's side until it reads
-	// their close; the ones it saw came from the three addresses only.
-	for host := range seen {
-		if host != "127.0.0.2" && host != "127.0.0.3" && host != "127.0.0.4" {
-			t.Errorf("a connection came from %s", host)
-		}
+	// In turn: two connections from each address.
+	if len(from) != 3 || from["127.0.0.2"] != 2 || from["127.0.0.3"] != 2 || from["127.0.0.4"] != 2 {
+		t.Fatalf("connections came from %v, want two from each of 127.0.0.2, .3 and .4", from)
 	}
 }
 
