@@ -10,6 +10,9 @@
 #   make bench   the side-by-side benchmarks against other libraries
 #   make hostile the hostile scenarios of `rally bench` against `rally serve
 #                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
+#   make hold100k  100,000 idle WebSockets on rally serve processes sharing a
+#                port, a broadcast to all of them (scripts/hold-100k.sh; a few
+#                minutes; HOLD100K_FLAGS=--event-loop for the event loops)
 #   make fuzz    every fuzz target of the module for FUZZTIME each (default 1m);
 #                findings land in the package's testdata/fuzz
 
@@ -17,7 +20,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test setup bench fmt hostile fuzz
+.PHONY: check test setup bench fmt hostile fuzz hold100k
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -45,6 +48,9 @@ fmt:
 
 hostile:
 	bash loadgen/hostile.sh
+
+hold100k:
+	bash scripts/hold-100k.sh $(HOLD100K_FLAGS)
 
 FUZZTIME ?= 1m
 

@@ -70,6 +70,11 @@ type Config struct {
 	// Progress, when set, is called about once a second from one goroutine
 	// with the counts so far. It must return quickly.
 	Progress func(Progress)
+	// IdleOptions are the idle scenario's own settings (idle.go).
+	IdleOptions
+	// worker, when set, connects an idle run to the process that started
+	// it (procs.go).
+	worker *workerHooks
 }
 
 // Progress is a live view of a run, passed to Config.Progress.
@@ -116,6 +121,9 @@ func Defaults(cfg Config) Config {
 		set(&cfg.Conns, 16)
 	case Idle:
 		set(&cfg.Conns, 1000)
+		if cfg.Broadcast != "" {
+			set(&cfg.BroadcastSize, 1024)
+		}
 	}
 	if cfg.Duration == 0 {
 		cfg.Duration = 10 * time.Second
@@ -164,6 +172,9 @@ func (cfg *Config) validate() error {
 	}
 	if cfg.Duration <= 0 {
 		return fmt.Errorf("loadgen: duration %v is not positive", cfg.Duration)
+	}
+	if err := cfg.validateIdle(); err != nil {
+		return err
 	}
 	if cfg.VerbatimEcho && cfg.Scenario != Echo && cfg.Scenario != Throughput {
 		return fmt.Errorf("loadgen: a verbatim echo server can only run echo and throughput, not %s", cfg.Scenario)

@@ -40,6 +40,11 @@
 //     close handshake; counts completed opening handshakes, latency is dial
 //     to 101.
 //   - idle: opens Conns connections, holds them for the duration (answering
-//     pings) and reports how many stayed open and, with ServerPID, the
-//     server's resident memory per connection.
+//     pings) and reports how many stayed open and, with ServerPID or
+//     ServerPIDs, the servers' resident memory per connection. Its
+//     IdleOptions dial from chosen source addresses, send pings, subscribe
+//     every connection to a topic of rally serve's /ws and time one
+//     broadcast to all of them; `rally bench idle --procs N` spreads the
+//     connections over N processes of its own (procs.go), for more
+//     connections than one process may hold files.
 package loadgen

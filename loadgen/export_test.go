@@ -1,9 +1,23 @@
 package loadgen
 
-import "context"
+import (
+	"context"
+	"os/exec"
+)
 
 // SetMainContext makes Main run under ctx until restore is called.
 func SetMainContext(ctx context.Context) (restore func()) {
 	mainContext = func() context.Context { return ctx }
 	return func() { mainContext = context.Background }
 }
+
+// SetWorkerCommand makes --procs start its workers with command (args are
+// those after "bench") until restore is called.
+func SetWorkerCommand(command func(args []string) (*exec.Cmd, error)) (restore func()) {
+	old := workerCommand
+	workerCommand = command
+	return func() { workerCommand = old }
+}
+
+// ParseSourceAddrs is parseSourceAddrs.
+var ParseSourceAddrs = parseSourceAddrs

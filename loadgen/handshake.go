@@ -31,6 +31,9 @@ type target struct {
 	// compressed counts the handshakes that accepted permessage-deflate.
 	compressed atomic.Int64
 	next       atomic.Uint32
+	// sources, when set, are the local addresses to dial from, in turn
+	// (Config.SourceAddrs).
+	sources []net.IP
 }
 
 func newTarget(rawURL string, insecure, compress bool) (*target, error) {
@@ -77,6 +80,9 @@ func newTarget(rawURL string, insecure, compress bool) (*target, error) {
 // TIME_WAIT left by many short ones) do not exhaust one address's
 // ephemeral ports. spread is false for small runs, which keep 127.0.0.1.
 func (t *target) localAddr(spread bool) net.Addr {
+	if len(t.sources) > 0 {
+		return &net.TCPAddr{IP: t.sources[int(t.next.Add(1)%uint32(len(t.sources)))]}
+	}
 	if !t.loopback || !spread {
 		return nil
 	}

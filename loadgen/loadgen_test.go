@@ -104,7 +104,7 @@ func loadgenGoroutine() string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "loadgen.(*run)") || strings.Contains(g, "loadgen.(*sender)") || strings.Contains(g, "loadgen.Run") {
+		if strings.Contains(g, "loadgen.(*run)") || strings.Contains(g, "loadgen.(*idleRun)") || strings.Contains(g, "loadgen.(*sender)") || strings.Contains(g, "loadgen.Run") {
 			return g
 		}
 	}

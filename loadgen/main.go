@@ -30,7 +30,11 @@ errors it measured.
   connect     --conns workers opening and closing connections; counts
               opening handshakes
   idle        opens --conns connections and holds them for --duration;
-              with --server-pid, reports the server's memory per connection
+              with --server-pid (or --server-pids), reports the server's
+              memory per connection; --procs spreads the connections over
+              processes, --source-addrs over local addresses;
+              --ping-interval sends pings; --subscribe and --broadcast
+              time one message to every connection of rally serve's /ws
 
 Flags:
 `
@@ -53,6 +57,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Compress, "compress", false, "offer permessage-deflate and send every message compressed where the server accepts it")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of a server on this machine: report its CPU per message and memory")
 	fs.BoolVar(&cfg.InsecureTLS, "insecure", false, "do not verify a wss:// server's certificate")
+	procs := 1
+	idleChecked := idleFlags(fs, &cfg, &procs)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report to this file")
 
@@ -63,6 +69,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		cfg.Scenario = Scenario(positional[0])
 		cfg.URL = positional[1]
+		if ierr := idleChecked(); ierr != nil {
+			err = cli.Usagef("%v", ierr)
+		}
+	}
+	if err == nil {
 		err = checkFlags(fs, &cfg)
 	}
 	help := func(w io.Writer) {
@@ -79,7 +90,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if live {
 		cfg.Progress = func(p Progress) { writeProgress(stderr, cfg.Scenario, p) }
 	}
-	res, err := Run(ctx, cfg)
+	if os.Getenv(workerEnv) != "" {
+		return runWorker(ctx, cfg, os.Stdin, stdout)
+	}
+	var res *Result
+	if procs > 1 {
+		res, err = runProcs(ctx, cfg, procs, stderr)
+	} else {
+		res, err = Run(ctx, cfg)
+	}
 	if live {
 		fmt.Fprint(stderr, "\r\x1b[K")
 	}

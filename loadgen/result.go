@@ -81,15 +81,38 @@ type MachineStats struct {
 
 // IdleStats is the outcome of the idle scenario.
 type IdleStats struct {
-	Opened      int     `json:"opened"`
-	Held        int     `json:"held"`
+	Opened int `json:"opened"`
+	Held   int `json:"held"`
+	// Subscribed counts the connections whose subscription the server
+	// acknowledged (with IdleOptions.Subscribe).
+	Subscribed int `json:"subscribed,omitempty"`
+	// OpenSeconds is the time the opening handshakes took, all of them;
+	// OpenStartNs and OpenEndNs are the wall clock (Unix ns) when the
+	// first dial started and when the last connection was ready.
 	OpenSeconds float64 `json:"open_s"`
-	// RSSBeforeBytes and RSSAfterBytes are the server's resident memory
-	// before the first connection and at the end of the hold; with Held
-	// they give RSSPerConnBytes.
-	RSSBeforeBytes  int64   `json:"rss_before_bytes,omitempty"`
-	RSSAfterBytes   int64   `json:"rss_after_bytes,omitempty"`
-	RSSPerConnBytes float64 `json:"rss_per_conn_bytes,omitempty"`
+	OpenStartNs int64   `json:"open_start_ns,omitempty"`
+	OpenEndNs   int64   `json:"open_end_ns,omitempty"`
+	// Procs is the number of processes the connections came from (1 when
+	// 0).
+	Procs int `json:"procs,omitempty"`
+	// The servers' resident memory, summed over their processes: before
+	// the first connection, once every connection was held, the largest
+	// seen during the hold (sampled each second), at the end of the hold,
+	// and ClosedAfterSeconds after the connections were closed. With Held
+	// they give RSSPerConnBytes (end of the hold less before).
+	RSSBeforeBytes     int64   `json:"rss_before_bytes,omitempty"`
+	RSSHeldBytes       int64   `json:"rss_held_bytes,omitempty"`
+	RSSPeakBytes       int64   `json:"rss_peak_bytes,omitempty"`
+	RSSAfterBytes      int64   `json:"rss_after_bytes,omitempty"`
+	RSSPerConnBytes    float64 `json:"rss_per_conn_bytes,omitempty"`
+	RSSClosedBytes     int64   `json:"rss_closed_bytes,omitempty"`
+	ClosedAfterSeconds float64 `json:"closed_after_s,omitempty"`
+	// Pings counts the pings the server sent, Pongs the answers to the
+	// connections' own pings (IdleOptions.PingInterval).
+	Pings int64 `json:"pings"`
+	Pongs int64 `json:"pongs"`
+	// Broadcast is the outcome of IdleOptions.Broadcast.
+	Broadcast *BroadcastStats `json:"broadcast,omitempty"`
 }
 
 // errorLog counts errors and keeps the most frequent messages.
@@ -159,9 +182,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(w, "  held      %d of %d (opened at %s/s in %.2fs)\n", r.Idle.Held, r.Conns, Count(r.Rate), r.Idle.OpenSeconds)
-		if r.Idle.RSSPerConnBytes > 0 {
-			fmt.Fprintf(w, "  memory    %s per connection (server RSS %s -> %s)\n", Bytes(int64(r.Idle.RSSPerConnBytes)), Bytes(r.Idle.RSSBeforeBytes), Bytes(r.Idle.RSSAfterBytes))
-		}
+		r.Idle.writeSummary(w)
 	} else {
 		fmt.Fprintf(w, "  rate      %s %s/s", Count(r.Rate), r.Unit)
 		if r.PayloadBytes > 0 {

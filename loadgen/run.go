@@ -27,6 +27,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.sources = cfg.SourceAddrs
 	r := &run{cfg: cfg, target: t}
 	res := &Result{
 		Scenario: cfg.Scenario, URL: redactURL(cfg.URL), Conns: cfg.Conns, Size: cfg.Size,
@@ -666,71 +667,6 @@ func closeHandshake(nc net.Conn, rest []byte) {
 			return
 		}
 	}
-}
-
-// idle runs the idle scenario: open Conns connections, hold them for the
-// duration while answering pings, and see how many stayed open.
-func (r *run) idle(ctx context.Context, res *Result) error {
-	st := &IdleStats{}
-	if r.cfg.ServerPID > 0 {
-		st.RSSBeforeBytes, _, _ = ProcessMemory(r.cfg.ServerPID)
-	}
-	r.base = time.Now()
-	r.endNs.Store(1 << 62)
-	var lost atomic.Int64
-	var wg sync.WaitGroup
-	hw := &worker{}
-	var hmu sync.Mutex
-	t0 := time.Now()
-	opened, err := r.openAll(ctx, r.cfg.Conns, r.cfg.Conns > 1000, func(_ int, nc net.Conn, rest []byte, took time.Duration) {
-		hmu.Lock()
-		hw.hist.add(int64(took))
-		hmu.Unlock()
-		hw.live.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rd := newReader(nc, smallBuffer, rest)
-			for {
-				if _, err := rd.next(nil, false); err != nil {
-					if !r.ending.Load() {
-						lost.Add(1)
-						r.errs.add(fmt.Errorf("idle connection lost: %w", err))
-					}
-					return
-				}
-			}
-		}()
-	})
-	defer func() {
-		r.closeAll()
-		wg.Wait()
-	}()
-	if opened == 0 {
-		return fmt.Errorf("loadgen: no connection opened: %w", err)
-	}
-	st.Opened = opened
-	st.OpenSeconds = time.Since(t0).Seconds()
-	r.startNs.Store(r.now())
-	r.endNs.Store(r.now() + int64(r.cfg.Duration))
-	m := r.supervise(ctx, res, func() int64 { return int64(opened) - lost.Load() }, "holding")
-	res.Timeline = nil
-	st.Held = opened - int(lost.Load())
-	res.Messages = int64(st.Held)
-	res.WindowSeconds = time.Duration(r.endNs.Load() - r.startNs.Load()).Seconds()
-	if st.OpenSeconds > 0 {
-		res.Rate = float64(opened) / st.OpenSeconds
-	}
-	res.Latency = hw.hist.summary()
-	m.fill(res)
-	if r.cfg.ServerPID > 0 {
-		st.RSSAfterBytes = m.end.serverRSS
-		if st.Held > 0 {
-			st.RSSPerConnBytes = float64(st.RSSAfterBytes-st.RSSBeforeBytes) / float64(st.Held)
-		}
-	}
-	res.Idle = st
-	return nil
 }
 
 // isTerminal reports whether w is a terminal, where live progress belongs.

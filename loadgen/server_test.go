@@ -41,6 +41,7 @@ type testServer struct {
 	// messages read, handshakes answered, connections that ended after
 	// their handshake, and the channels to close when enough happened.
 	data, handshakes int64
+	pings            int64 // pings read (answered with pongs)
 	ended            bool
 	waiters          []waiter
 }
@@ -49,6 +50,7 @@ type testServer struct {
 // messages or answered handshakes handshakes, or once a connection ended.
 type waiter struct {
 	messages, handshakes int64
+	pings                int64
 	ch                   chan struct{}
 }
 
@@ -59,7 +61,18 @@ type waiter struct {
 func (s *testServer) enough(messages, handshakes int64) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := waiter{messages, handshakes, make(chan struct{})}
+	w := waiter{messages: messages, handshakes: handshakes, ch: make(chan struct{})}
+	s.waiters = append(s.waiters, w)
+	s.wakeLocked()
+	return w.ch
+}
+
+// pinged returns a channel closed once the server has read n pings (or a
+// connection ended).
+func (s *testServer) pinged(n int64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := waiter{pings: n, ch: make(chan struct{})}
 	s.waiters = append(s.waiters, w)
 	s.wakeLocked()
 	return w.ch
@@ -77,7 +90,7 @@ func (s *testServer) saw(event func()) {
 func (s *testServer) wakeLocked() {
 	kept := s.waiters[:0]
 	for _, w := range s.waiters {
-		if s.ended || s.data >= w.messages && s.handshakes >= w.handshakes {
+		if s.ended || s.data >= w.messages && s.handshakes >= w.handshakes && s.pings >= w.pings {
 			close(w.ch)
 			continue
 		}
@@ -223,6 +236,7 @@ func (s *testServer) handle(c *serverConn) {
 			return
 		case 0x9:
 			c.write(serverFrame(0xA, payload, true))
+			s.saw(func() { s.pings++ })
 		case 0xA:
 			select {
 			case s.pongs <- payload:

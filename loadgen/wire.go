@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 )
 
 // RFC 6455 5.2 opcodes and header bits.
@@ -91,6 +92,8 @@ type reader struct {
 	stopAtPong bool
 	// z inflates compressed replies when permessage-deflate was negotiated.
 	z *inflater
+	// pings and pongs, when set, count the control frames received.
+	pings, pongs *atomic.Int64
 }
 
 // errPong is next's answer to a pong when the reader waits for one.
@@ -312,10 +315,16 @@ func (p *reader) control(op byte, n int, masked bool, key [4]byte) error {
 	}
 	switch op {
 	case opPing:
+		if p.pings != nil {
+			p.pings.Add(1)
+		}
 		// RFC 6455 5.5.2: answer with a pong carrying the same data.
 		_, err := p.conn.Write(clientFrame(opPong, body[:n], [4]byte{}))
 		return err
 	case opPong:
+		if p.pongs != nil {
+			p.pongs.Add(1)
+		}
 		if p.stopAtPong {
 			return errPong
 		}

@@ -27,28 +27,32 @@ func TestConformanceOfRallyServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a few seconds; run without -short")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range serveModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			s, err := New(Config{ShutdownTimeout: 2 * time.Second, EventLoop: mode.eventLoop})
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(ctx, ln) }()
+			defer func() {
+				cancel()
+				<-served
+			}()
+			rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer rcancel()
+			rep, err := conform.RunServer(rctx, "ws://"+ln.Addr().String()+"/echo", conformOptions("rally-serve-"+mode.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			report(t, rep)
+		})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(Config{ShutdownTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
-	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer rcancel()
-	rep, err := conform.RunServer(rctx, "ws://"+ln.Addr().String()+"/echo", conformOptions("rally-serve"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	report(t, rep)
 }
 
 func TestConformanceOfRallyClient(t *testing.T) {

@@ -39,6 +39,7 @@ func serve(t testing.TB, cfg Config) *testServer {
 	if cfg.Addr == "" {
 		cfg.Addr = ln.Addr().String()
 	}
+	cfg.EventLoop = cfg.EventLoop || eventLoopUnderTest
 	s, err := New(cfg)
 	if err != nil {
 		ln.Close()

@@ -121,6 +121,15 @@ type Config struct {
 	// Protection bounds what clients can make the server hold: memory,
 	// request heads, /echo messages (see protect.go).
 	Protection
+
+	// EventLoop runs the WebSocket connections of /ws, /echo and /chat on
+	// rally's event loops instead of a goroutine each (rally.Server's
+	// EventLoop; see engine.go).
+	EventLoop bool
+	// ReusePort lets several processes listen on the same Addr
+	// (SO_REUSEPORT, Linux only): the kernel spreads new connections over
+	// them. Addr needs a fixed port. See reuseport.go for what it costs.
+	ReusePort bool
 }
 
 // Server serves the endpoints of `rally serve`. Create it with New and
@@ -217,6 +226,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.checkBind(cfg.Addr); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkReusePort(); err != nil {
+		return nil, err
+	}
 	if cfg.Node == "" {
 		var b [6]byte
 		rand.Read(b[:])
@@ -305,6 +317,7 @@ func New(cfg Config) (*Server, error) {
 	chatOpts := *wsOpts
 	chatOpts.Authorize = s.authorize("chat")
 	s.chat = &rally.Server{Options: &chatOpts, Open: s.chatOpen, Message: s.chatMessage, Close: s.closed("chat")}
+	s.useEngine(s.echo, s.ws, s.chat)
 
 	s.mux = http.NewServeMux()
 	s.mux.Handle("GET /echo", s.limit(s.echo))
@@ -450,7 +463,7 @@ func (s *Server) shutdownNodes() {
 // ListenAndServe listens on the configured address, prints the URLs it
 // serves and its auth mode to out, and serves until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+	ln, err := s.listen()
 	if err != nil {
 		s.shutdownNodes()
 		return fmt.Errorf("rally serve: %w", err)
@@ -475,6 +488,12 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	}
 	if s.cfg.NATS.URL != "" {
 		fmt.Fprintf(out, "  NATS:     sharing topics with other nodes through %s\n", redactURL(s.cfg.NATS.URL))
+	}
+	if s.cfg.ReusePort {
+		fmt.Fprintf(out, "  port:     shared with other processes (--reuse-port); topics span them only through NATS\n")
+	}
+	if s.cfg.EventLoop {
+		fmt.Fprintf(out, "  engine:   event loop (--event-loop)\n")
 	}
 	switch {
 	case s.secret != nil:

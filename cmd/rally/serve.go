@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -50,6 +51,7 @@ var serveGroups = []struct {
 		{name: "tls-cert", env: "RALLY_TLS_CERT", value: "FILE"},
 		{name: "tls-key", env: "RALLY_TLS_KEY", value: "FILE"},
 		{name: "h2c", env: "RALLY_H2C"},
+		{name: "reuse-port", env: "RALLY_REUSE_PORT"},
 	}},
 	{"Auth (secure by default: without a token secret, only loopback addresses are served)", []serveFlag{
 		{name: "token-secret", env: "RALLY_TOKEN_SECRET", value: "SECRET"},
@@ -71,6 +73,7 @@ var serveGroups = []struct {
 		{name: "idle-timeout", env: "RALLY_IDLE_TIMEOUT", value: "DURATION", check: nonZero},
 		{name: "write-stall-timeout", env: "RALLY_WRITE_STALL_TIMEOUT", value: "DURATION", check: nonZero},
 		{name: "shutdown-timeout", env: "RALLY_SHUTDOWN_TIMEOUT", value: "DURATION", check: positive},
+		{name: "event-loop", env: "RALLY_EVENT_LOOP"},
 	}},
 	{"Several nodes (NATS)", append([]serveFlag{
 		{name: "node", env: "RALLY_NODE", value: "NAME"},
@@ -149,6 +152,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM) to serve HTTPS and wss:// with; needs --tls-key")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	fs.BoolVar(&cfg.H2C, "h2c", false, "serve HTTP/2 without TLS too (WebSockets over HTTP/2, RFC 8441, by prior\nknowledge); over TLS, HTTP/2 is always offered")
+	fs.BoolVar(&cfg.ReusePort, "reuse-port", false, "share --addr's port with other rally serve processes (SO_REUSEPORT, Linux):\nthe kernel spreads new connections over them; join them with --nats for\ntopics to span them, and know that stopping one drops the connections\nqueued on it (docs/SERVE.md)")
 	fs.StringVar(&cfg.TokenSecret, "token-secret", "", "HMAC key (32 bytes or more) of the JWTs /ws, /chat and /echo clients must\npresent in ?token= or an Authorization: Bearer header (claims: subscribe,\npublish, exp)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "the Bearer credential POST /publish needs (with a token secret and no key,\nthe publish API is closed)")
 	fs.Var(origins, "origins", "other hosts whose pages may open /ws, comma-separated (\"*.example.com,localhost:*\");\nthe server's own host always may")
@@ -164,6 +168,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 90*time.Second, "close a client silent this long with 1001 (negative: never)")
 	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", 30*time.Second, "let a client go when bytes for it have waited this long without it taking one\n(negative: never)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "time close handshakes may take on shutdown")
+	fs.BoolVar(&cfg.EventLoop, "event-loop", false, "run WebSocket connections on event loops (epoll, Linux) instead of a goroutine\neach: less memory per idle connection")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")
 	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(without --nats-user or --nats-token it has no auth: bind it where only\nyour nodes reach it)")
@@ -194,6 +199,11 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveSetup, int) {
 	}
 	if err == nil {
 		err = checkServeNumbers(fs)
+	}
+	if err == nil && s.cfg.ReusePort {
+		if _, port, perr := net.SplitHostPort(s.cfg.Addr); perr == nil && (port == "" || port == "0") {
+			err = cli.Usagef("--reuse-port needs a fixed port in --addr (%s would pick a new port in each process)", s.cfg.Addr)
+		}
 	}
 	if err == nil && s.logFormat != "text" && s.logFormat != "json" {
 		err = cli.Usagef("--log-format is %q, want text or json", s.logFormat)

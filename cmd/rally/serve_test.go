@@ -71,6 +71,8 @@ addr = "127.0.0.1:9999"
 tls-cert = "c.pem"
 tls-key = "k.pem"
 h2c = true
+reuse-port = true
+event-loop = true
 token-secret = "0123456789abcdef0123456789abcdef"
 api-key = "key"
 origins = ["a.example", "*.b.example"]
@@ -105,6 +107,8 @@ log-level = "debug"
 		"tls-cert":            c.TLSCert == "c.pem",
 		"tls-key":             c.TLSKey == "k.pem",
 		"h2c":                 c.H2C,
+		"reuse-port":          c.ReusePort,
+		"event-loop":          c.EventLoop,
 		"token-secret":        c.TokenSecret == "0123456789abcdef0123456789abcdef",
 		"api-key":             c.APIKey == "key",
 		"origins":             strings.Join(c.Origins, " ") == "a.example *.b.example",
@@ -186,5 +190,24 @@ func TestServeRefusesAConfigFileWithAnUnknownKeyOrABadValueInOneLine(t *testing.
 		if !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "s3cret") {
 			t.Errorf("config %q: stderr %q, want it to say %q without any value", tc.text, stderr, tc.says)
 		}
+	}
+}
+
+func TestServeReusePortWithoutAFixedPortIsAUsageError(t *testing.T) {
+	args := []string{"serve", "--reuse-port", "--addr", "127.0.0.1:0"}
+	status, stdout, stderr := runRally(t, nil, args...)
+	oneLine(t, args, status, stdout, stderr, "rally serve")
+	if !strings.Contains(stderr, "--reuse-port needs a fixed port") {
+		t.Errorf("stderr %q does not say why", stderr)
+	}
+}
+
+func TestServeEventLoopAndReusePortComeFromTheEnvironment(t *testing.T) {
+	t.Setenv("RALLY_EVENT_LOOP", "true")
+	t.Setenv("RALLY_REUSE_PORT", "1")
+	var out, errOut bytes.Buffer
+	s, status := parseServe([]string{"--addr", "127.0.0.1:9999"}, &out, &errOut)
+	if status >= 0 || !s.cfg.EventLoop || !s.cfg.ReusePort {
+		t.Fatalf("exit %d (%s), want both set: %+v", status, errOut.String(), s)
 	}
 }

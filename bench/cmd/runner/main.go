@@ -103,6 +103,7 @@ type options struct {
 	idleConns int
 	inflight  int
 	idleHold  time.Duration
+	idleAfter time.Duration
 	out       string
 	charts    string
 	only      string
@@ -120,6 +121,7 @@ func main() {
 	flag.IntVar(&o.inflight, "echo-inflight", 4, "messages in flight per echo connection")
 	flag.IntVar(&o.idleConns, "idle-conns", 10000, "connections of the idle scenario")
 	flag.DurationVar(&o.idleHold, "idle-hold", 2*time.Second, "how long the idle connections are held")
+	flag.DurationVar(&o.idleAfter, "idle-after", 0, "idle: read the server's memory again this long after the connections closed (the targets say 30s)")
 	flag.StringVar(&o.out, "out", "../docs/BENCHMARKS.md", "report to write (between its peers markers, when it has them)")
 	flag.StringVar(&o.charts, "charts", "results", "directory of the SVG charts and the raw JSON (relative to the bench module)")
 	flag.StringVar(&o.only, "scenarios", "", "comma-separated scenario ids to run (default all)")
@@ -296,6 +298,7 @@ func measure(ctx context.Context, o options, sc scenario, s *server, path string
 	cfg.Duration, cfg.Warmup = o.window, o.warmup
 	if cfg.Scenario == loadgen.Idle {
 		cfg.Duration = o.idleHold
+		cfg.After = o.idleAfter
 	}
 	cfg.VerbatimEcho = s.peer.Verbatim
 	m := measurement{Peer: s.peer.Name, Scenario: sc.ID, Round: round}

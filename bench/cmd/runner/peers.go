@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,9 @@ type peer struct {
 	Kind   string
 	Pkg    string
 	Script string
+	// Args are more arguments for the server (a Go peer run in another
+	// mode, such as rally-loop).
+	Args []string
 	// Verbatim marks the raw TCP echo, which returns the client's bytes
 	// unchanged (loadgen.Config.VerbatimEcho) and serves no chat.
 	Verbatim bool
@@ -37,6 +41,8 @@ type peer struct {
 var peers = []peer{
 	{Name: "rally", Kind: "go", Compress: true, Pkg: "./peers/rally",
 		How: "rally.Server callbacks; echo: non-blocking Send, corked per read batch; chat: PreparedMessage + SendPrepared to each member, each joining the sender's cork (JoinCork)"},
+	{Name: "rally-loop", Kind: "go", Compress: true, Pkg: "./peers/rally", Args: []string{"-event-loop"},
+		How: "the rally peer's code with rally.Server.EventLoop set: the connections run on event loops (epoll), not a goroutine each"},
 	{Name: "gorilla", Kind: "go", Compress: true, Pkg: "./peers/gorilla",
 		How: "gorilla/websocket: ReadMessage/WriteMessage; chat: PreparedMessage per message, a write mutex per connection"},
 	{Name: "coder", Kind: "go", Compress: true, Pkg: "./peers/coder",
@@ -96,7 +102,7 @@ func start(p *peer, bins, logs string, compress bool) (*server, error) {
 	var cmd *exec.Cmd
 	switch p.Kind {
 	case "go":
-		cmd = exec.Command(filepath.Join(bins, filepath.Base(p.Pkg)), "-addr", fmt.Sprintf("127.0.0.1:%d", port))
+		cmd = exec.Command(filepath.Join(bins, filepath.Base(p.Pkg)), append([]string{"-addr", fmt.Sprintf("127.0.0.1:%d", port)}, p.Args...)...)
 	case "node":
 		cmd = exec.Command("node", p.Script, strconv.Itoa(port))
 	case "bun":
@@ -109,7 +115,7 @@ func start(p *peer, bins, logs string, compress bool) (*server, error) {
 		}
 		cmd.Args = append(cmd.Args, flag)
 	}
-	log, err := os.Create(filepath.Join(logs, filepath.Base(p.Pkg+p.Script)+".log"))
+	log, err := os.Create(filepath.Join(logs, filepath.Base(p.Pkg+p.Script)+strings.Join(p.Args, "")+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +206,12 @@ func build(ctx context.Context, list []*peer, bins string) error {
 			}
 		}
 	}
+	built := map[string]bool{}
 	for _, p := range pkgs {
+		if built[p.Pkg] {
+			continue
+		}
+		built[p.Pkg] = true
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bins, filepath.Base(p.Pkg)), p.Pkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {

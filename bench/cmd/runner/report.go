@@ -22,6 +22,7 @@ type cell struct {
 	peer                             *peer
 	rates, cpu, p50, p99, peak, busy []float64
 	perConn, held                    []float64
+	closed                           []float64 // RSS after the close, as a ratio to the start (-idle-after)
 	errors                           int64
 	rounds, stalled                  int // chat rounds in the windows, and those stalled
 	failures                         []string
@@ -86,6 +87,9 @@ func newReport(o options, scen []scenario, list []*peer, all []measurement, bega
 		if res.Idle != nil {
 			c.perConn = append(c.perConn, res.Idle.RSSPerConnBytes)
 			c.held = append(c.held, float64(res.Idle.Held))
+			if st := res.Idle; st.ClosedAfterSeconds > 0 && st.RSSBeforeBytes > 0 {
+				c.closed = append(c.closed, float64(st.RSSClosedBytes)/float64(st.RSSBeforeBytes))
+			}
 		}
 	}
 	return r
@@ -303,7 +307,7 @@ func (r *report) targets(b *bytes.Buffer) {
 		case loadgen.Echo:
 			name, top := "", math.NaN()
 			for _, p := range r.peers {
-				if p.Kind == "go" && !p.Verbatim && p.Name != "rally" {
+				if p.Kind == "go" && !p.Verbatim && p.Name != "rally" && p.Name != "rally-loop" {
 					if v := r.rate(sc.ID, p.Name); !math.IsNaN(v) && (math.IsNaN(top) || v > top) {
 						name, top = p.Name, v
 					}
@@ -394,7 +398,11 @@ func (r *report) section(b *bytes.Buffer, sc scenario) {
 func (r *report) idleSection(b *bytes.Buffer, sc scenario) {
 	fmt.Fprintf(b, "## %s\n\nA fresh server per peer; memory per connection is the growth of its resident memory divided by the connections held "+
 		"(the goroutine-per-connection floor is about 3.5 KiB here: a parked goroutine with its TCP connection).\n\n", sc.Title)
-	b.WriteString("| peer | held | RSS per connection | vs gorilla | open rate | handshake p50 | p99 | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	after := "-"
+	if r.o.idleAfter > 0 {
+		after = r.o.idleAfter.String()
+	}
+	fmt.Fprintf(b, "| peer | held | RSS per connection | vs gorilla | open rate | handshake p50 | p99 | RSS %s after close, vs start | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", after)
 	var ref float64 = math.NaN()
 	if c := r.cells[sc.ID][reference]; c != nil && len(c.perConn) > 0 {
 		ref = median(c.perConn)
@@ -414,8 +422,12 @@ func (r *report) idleSection(b *bytes.Buffer, sc scenario) {
 		}
 		per := median(c.perConn)
 		bars = append(bars, bar{label: p.Name, value: per, note: ratio(per, ref), kind: p})
-		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s/s | %s | %s | %s |\n", p.Name, median(c.held), bytesOf(per), ratio(per, ref),
-			loadgen.Count(median(c.rates)), loadgen.Micros(median(c.p50)), loadgen.Micros(median(c.p99)), errorsOf(c))
+		closed := "-"
+		if len(c.closed) > 0 {
+			closed = fmt.Sprintf("%.2fx", median(c.closed))
+		}
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s/s | %s | %s | %s | %s |\n", p.Name, median(c.held), bytesOf(per), ratio(per, ref),
+			loadgen.Count(median(c.rates)), loadgen.Micros(median(c.p50)), loadgen.Micros(median(c.p99)), closed, errorsOf(c))
 	}
 	if len(bars) > 0 {
 		svg := barChart(sc.Title, "resident memory per idle connection, lower is better (ratio to "+reference+")", bars, func(v float64) string { return bytesOf(v) })

@@ -11,11 +11,16 @@
 // context between messages (ServerNoContextTakeover), so that a chat
 // message is compressed once for all its members.
 //
+// With -event-loop it is the rally-loop peer: the same code, the
+// connections driven by rally's event loops (rally.Server.EventLoop)
+// instead of a goroutine each.
+//
 // It serves net/http/pprof beside /echo and /chat, for the runner's
 // -profile mode.
 package main
 
 import (
+	"flag"
 	"net/http"
 	_ "net/http/pprof" // the runner's -profile reads the server's CPU profile
 
@@ -25,16 +30,18 @@ import (
 )
 
 func main() {
+	eventLoop := flag.Bool("event-loop", false, "serve the connections on event loops (rally.Server.EventLoop): the rally-loop peer")
 	addr, compress := peerflag.Parse()
 	var deflate *rally.CompressionOptions
 	if compress {
 		deflate = &rally.CompressionOptions{ServerNoContextTakeover: true}
 	}
-	echo := &rally.Server{Options: &rally.AcceptOptions{Compression: deflate}, Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+	echo := &rally.Server{EventLoop: *eventLoop, Options: &rally.AcceptOptions{Compression: deflate}, Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
 		c.Send(typ, p)
 	}}
 	var members room.Room[*rally.Conn]
 	chat := &rally.Server{
+		EventLoop: *eventLoop,
 		// A round of the 64 KiB burst chat (8 messages from each of 32
 		// clients) queues 16 MiB and its frame headers per member; rally's
 		// default send buffer (1 MiB) would drop past it, and a dropped

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package loadgen
+
+func openFileLimit() int { return 0 }
