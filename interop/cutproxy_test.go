@@ -1,0 +1,127 @@
+package interop_test
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// cutProxy is a TCP proxy on loopback that a test can cut, as a network
+// that drops does: Cut closes every connection through it and refuses new
+// ones (accepted, then closed at once) until Restore. Retarget points it
+// at another server, for a server that comes back on a new port.
+type cutProxy struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu     sync.Mutex
+	target string
+	cut    bool
+	conns  map[net.Conn]bool
+	dials  int           // connections accepted, refused ones included
+	dialed chan struct{} // a signal per accepted connection
+}
+
+// newCutProxy starts a proxy in front of target and stops it when t ends.
+func newCutProxy(t testing.TB, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}, dialed: make(chan struct{}, 1024)}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.Cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// Addr is where clients connect.
+func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+
+// Cut closes every connection through the proxy and refuses new ones.
+func (p *cutProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restore lets connections through again.
+func (p *cutProxy) Restore() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// Retarget sends new connections to target.
+func (p *cutProxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
+func (p *cutProxy) serve() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.dials++
+		cut, target := p.cut, p.target
+		p.mu.Unlock()
+		select {
+		case p.dialed <- struct{}{}:
+		default:
+		}
+		if cut {
+			client.Close()
+			continue
+		}
+		server, err := net.Dial("tcp", target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		if !p.track(client, server) {
+			continue
+		}
+		p.wg.Add(2)
+		go p.pipe(client, server)
+		go p.pipe(server, client)
+	}
+}
+
+// track records a connection pair, or closes it when a Cut came first.
+func (p *cutProxy) track(a, b net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		a.Close()
+		b.Close()
+		return false
+	}
+	p.conns[a], p.conns[b] = true, true
+	return true
+}
+
+// pipe copies src to dst; when either ends, both are closed (a cut
+// network delivers no half close).
+func (p *cutProxy) pipe(src, dst net.Conn) {
+	defer p.wg.Done()
+	io.Copy(dst, src)
+	src.Close()
+	dst.Close()
+	p.mu.Lock()
+	delete(p.conns, src)
+	delete(p.conns, dst)
+	p.mu.Unlock()
+}
