@@ -347,9 +347,19 @@ func publishHTTP(t *testing.T, addr, topic string, data any) string {
 	return body
 }
 
-// httpPost posts a JSON body; it is safe to call from any goroutine.
+// testAPIKey is the API key of test servers that need one.
+const testAPIKey = "interop-api-key"
+
+// httpPost posts a JSON body (with the test API key); it is safe to call
+// from any goroutine.
 func httpPost(addr, path string, body []byte) (int, string) {
-	resp, err := http.Post("http://"+addr+path, "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest("POST", "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testAPIKey)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}

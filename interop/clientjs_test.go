@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/rallyws/rally/server"
 )
@@ -119,4 +123,132 @@ func sameJSON(a, b string) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// The client asks its getToken callback for a token before connecting
+// without one, again when the server refused the handshake (a token signed
+// with another key: 401, which a browser cannot see, so any failure before
+// the open counts), and again when the server closed the connection
+// because the token expired (1008 "token expired"); with each new token it
+// connects and subscribes again.
+func TestJSClientRefreshesItsTokenBeforeReconnecting(t *testing.T) {
+	secret := strings.Repeat("k", 32)
+	token := func(key string, life time.Duration) string {
+		claims := server.Claims{Subscribe: []string{"*"}, Publish: []string{"*"}}
+		claims.ExpiresAt = jwt.NewNumericDate(time.Now().Add(life))
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			cfg := serverConfig()
+			cfg.TokenSecret = secret
+			cfg.APIKey = testAPIKey
+			srv := startRallyServe(t, cfg)
+			base := "http://" + srv.addr
+			options := map[string]any{"refresh": true}
+			for k, v := range fastBackoff {
+				options[k] = v
+			}
+			c := startJSClient(t, rt, base, base+"/ws", options)
+			c.do("subscribe", map[string]any{"topic": "news"})
+			c.do("connect", nil)
+			c.expect("connecting")
+			c.expect("getToken")
+			c.do("token", map[string]any{"token": token(strings.Repeat("x", 32), time.Hour)})
+			if e := c.expect("connecting"); e.Attempt != 1 {
+				t.Fatalf("after a refused handshake: %s, want attempt 1", e)
+			}
+			c.expect("getToken")
+			// It expires in a few seconds: the server then closes the
+			// connection.
+			c.do("token", map[string]any{"token": token(secret, 3*time.Second)})
+			c.expect("connected")
+			c.expect("subscribed")
+			if e := c.expect("disconnected"); e.Code != 1008 || e.Reason != "token expired" || !e.Reconnect {
+				t.Fatalf("at the token's expiry: %s, want 1008 token expired and a reconnect", e)
+			}
+			c.expect("connecting")
+			c.expect("getToken")
+			c.do("token", map[string]any{"token": token(secret, time.Hour)})
+			c.expect("connected")
+			if e := c.expect("subscribed"); !e.Resubscribed {
+				t.Fatalf("after the new token: %s, want resubscribed", e)
+			}
+			publishHTTP(t, srv.addr, "news", "with a fresh token")
+			if d := receive(t, c, "news"); string(d) != `"with a fresh token"` {
+				t.Fatalf("message: %s", d)
+			}
+		})
+	}
+}
+
+// In a browser, the client follows the window's offline and online
+// events: offline drops the connection at once and makes no attempt while
+// offline (the next event after online is a first attempt with no delay);
+// online reconnects and resubscribes.
+func TestJSClientInChromiumWaitsForTheBrowserToBeOnline(t *testing.T) {
+	srv := startRallyServe(t, serverConfig())
+	base := "http://" + srv.addr
+	c := startJSClient(t, "chromium", base, base+"/ws", fastBackoff)
+	c.do("subscribe", map[string]any{"topic": "news"})
+	c.do("connect", nil)
+	c.expect("connecting")
+	c.expect("connected")
+	c.expect("subscribed")
+	c.do("offline", nil)
+	if e := c.expect("disconnected"); e.Code != 1006 || e.Reason != "offline" || !e.Reconnect {
+		t.Fatalf("offline: %s, want 1006 offline and a reconnect later", e)
+	}
+	c.do("online", nil)
+	if e := c.expect("connecting"); e.Attempt != 0 || e.Delay != 0 || e.Reason != "offline" {
+		t.Fatalf("online: %s, want a first attempt at once", e)
+	}
+	c.expect("connected")
+	if e := c.expect("subscribed"); !e.Resubscribed {
+		t.Fatalf("online: %s, want resubscribed", e)
+	}
+}
+
+// publish resolves with the server's ack and rejects with the server's
+// error code; a refused subscribe is an "error" event for its topic;
+// while not connected, publish rejects at once with not_connected.
+func TestJSClientPublishesAndReportsRefusals(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			srv := startRallyServe(t, serverConfig())
+			base := "http://" + srv.addr
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			c.do("subscribe", map[string]any{"topic": "chat"})
+			c.do("connect", nil)
+			c.expect("connecting")
+			c.expect("connected")
+			c.expect("subscribed")
+			c.do("publish", map[string]any{"ref": 1, "topic": "chat", "data": map[string]string{"text": "hi"}, "self": true})
+			// self: the publisher gets its own message, then the ack.
+			if d := receive(t, c, "chat"); !sameJSON(string(d), `{"text":"hi"}`) {
+				t.Fatalf("own message: %s", d)
+			}
+			if e := c.expect("published"); e.Ref != 1 || e.ErrCode != "" || !strings.Contains(string(e.Ack), `"type":"ack"`) {
+				t.Fatalf("publish: %s, want the ack", e)
+			}
+			c.do("publish", map[string]any{"ref": 2, "topic": "no spaces", "data": 1})
+			if e := c.expect("published"); e.Ref != 2 || e.ErrCode != "invalid_topic" {
+				t.Fatalf("publish on a bad topic: %s, want invalid_topic", e)
+			}
+			c.do("subscribe", map[string]any{"topic": "no spaces"})
+			if e := c.expect("error"); e.ErrCode != "invalid_topic" || e.Topic != "no spaces" {
+				t.Fatalf("subscribe to a bad topic: %s, want an invalid_topic error for it", e)
+			}
+			c.do("close", nil)
+			c.expect("disconnected")
+			c.do("publish", map[string]any{"ref": 3, "topic": "chat", "data": 1})
+			if e := c.expect("published"); e.Ref != 3 || e.ErrCode != "not_connected" {
+				t.Fatalf("publish after close: %s, want not_connected", e)
+			}
+		})
+	}
 }

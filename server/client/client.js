@@ -151,6 +151,7 @@ export class Client extends Emitter {
   #nextID = 1;
   #pending = new Map(); // request id -> {resolve, reject, topic}
   #subs = new Map(); // topic -> Subscription
+  #acked = new WeakSet(); // subscriptions the server acknowledged once
   #lastClose = { code: 0, reason: "" };
   #offline = false;
   #listening = false;
@@ -228,7 +229,7 @@ export class Client extends Emitter {
     if (sub) return sub;
     sub = new Subscription(this, topic, options.since);
     this.#subs.set(topic, sub);
-    if (this.state === "connected") this.#sendSubscribe(sub, false);
+    if (this.state === "connected") this.#sendSubscribe(sub);
     return sub;
   }
 
@@ -347,7 +348,7 @@ export class Client extends Emitter {
       const attempt = this.#attempt;
       this.#attempt = 0;
       this.state = "connected";
-      for (const sub of this.#subs.values()) this.#sendSubscribe(sub, attempt > 0 || sub.position !== null);
+      for (const sub of this.#subs.values()) this.#sendSubscribe(sub);
       this.emit("connected", { attempt });
     };
     ws.onmessage = (e) => {
@@ -389,7 +390,8 @@ export class Client extends Emitter {
     }
   }
 
-  #sendSubscribe(sub, resubscribed) {
+  #sendSubscribe(sub) {
+    const resubscribed = this.#acked.has(sub);
     const id = this.#nextID++;
     const req = { type: "subscribe", topic: sub.topic, id };
     const recovering = sub.position !== null;
@@ -441,6 +443,7 @@ export class Client extends Emitter {
       return;
     }
     sub.state = "subscribed";
+    this.#acked.add(sub);
     const pos = position(m);
     let recovered = false;
     let reason = "";
