@@ -23,9 +23,13 @@ type publishAnswer struct {
 	Received int `json:"received"`
 	// Dropped counts this node's subscribers that were too slow (their
 	// send buffer was full).
-	Dropped int    `json:"dropped"`
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message,omitempty"`
+	Dropped int `json:"dropped"`
+	// Offset and Epoch are the position the message got, on a topic with
+	// history.
+	Offset  *uint64 `json:"offset,omitempty"`
+	Epoch   string  `json:"epoch,omitempty"`
+	Code    string  `json:"code,omitempty"`
+	Message string  `json:"message,omitempty"`
 }
 
 // publish serves POST /publish/{topic}: the body becomes the delivery's
@@ -85,6 +89,10 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		data = append(data, '"')
 		data = base64.StdEncoding.AppendEncode(data, body)
 		data = append(data, '"')
+	}
+	if s.historyOf(topic) {
+		s.publishHistory(w, topic, data, b64)
+		return
 	}
 	env := envelope(topic, data, b64)
 	res, err := s.hub.Publish(topic, rally.Text, env)

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rallyws/rally"
@@ -112,6 +113,11 @@ type Config struct {
 	// through NATS.
 	NATS NATSConfig
 
+	// History keeps the last messages of some topics for clients that
+	// reconnect; Presence tells who subscribes to some topics.
+	History  HistoryConfig
+	Presence PresenceConfig
+
 	// Protection bounds what clients can make the server hold: memory,
 	// request heads, /echo messages (see protect.go).
 	Protection
@@ -147,6 +153,11 @@ type Server struct {
 	tls          *tls.Config          // nil without TLSCert
 
 	closedHook func() // tests: called when a connection has ended
+
+	history    historyStore // nil without history topics
+	histHub    *histHub
+	recoveries *prometheus.CounterVec
+	presence   *presence // nil without presence topics
 }
 
 // New returns a server for cfg with defaults filled in, or an error that
@@ -174,6 +185,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxMessageBytes = 64 << 10
 	}
 	if err := cfg.Protection.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.History.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Presence.fill(); err != nil {
 		return nil, err
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
@@ -239,6 +256,14 @@ func New(cfg Config) (*Server, error) {
 	s.closers = append(s.closers, stopNATS)
 	if cfg.Broker != nil {
 		s.closers = append(s.closers, func() { hub.Close() })
+	}
+	if err := s.startHistory(); err != nil {
+		s.shutdownNodes()
+		return nil, err
+	}
+	if err := s.startPresence(); err != nil {
+		s.shutdownNodes()
+		return nil, err
 	}
 
 	conn := rally.ConnOptions{

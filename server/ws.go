@@ -18,6 +18,9 @@ type wsSession struct {
 	grant  *grant
 	subs   int         // topics subscribed to
 	expiry *time.Timer // closes the connection when the token expires
+	// hist holds the history topics subscribed to (their subscriptions
+	// are in the server's histHub, not the pubsub hub).
+	hist map[string]bool
 }
 
 // request is one message from a /ws client.
@@ -27,6 +30,10 @@ type request struct {
 	Data  json.RawMessage `json:"data"`
 	ID    json.RawMessage `json:"id"`
 	Self  bool            `json:"self"`
+	// Offset and Epoch, on a subscribe, are the last position the client
+	// saw: it asks for what it missed since.
+	Offset *uint64 `json:"offset"`
+	Epoch  string  `json:"epoch"`
 }
 
 // Error codes of error frames (docs/PROTOCOL.md).
@@ -49,6 +56,9 @@ func (s *Server) wsOpen(c *rally.Conn) {
 func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	ss := c.Data().(*wsSession)
 	s.wsConns.Add(-1)
+	for topic := range ss.hist {
+		s.histHub.remove(c, topic)
+	}
 	s.subs.Add(int64(-ss.subs))
 	s.m.subscriptions.Sub(float64(ss.subs))
 	s.closed("ws")(c, ce)
@@ -112,12 +122,28 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if !ss.grant.maySubscribe(req.Topic) {
 		return errorFrame(req.ID, codeForbidden, "the token does not allow subscribing to "+strconv.Quote(req.Topic))
 	}
-	if s.hub.IsSubscribed(c, req.Topic) {
+	if ss.hist[req.Topic] || s.hub.IsSubscribed(c, req.Topic) {
 		return ack(req.ID)
 	}
 	if s.cfg.MaxSubscriptions > 0 && ss.subs >= s.cfg.MaxSubscriptions {
 		s.m.refusals.WithLabelValues("subscriptions").Inc()
 		return errorFrame(req.ID, codeLimit, "a connection may subscribe to at most "+strconv.Itoa(s.cfg.MaxSubscriptions)+" topics")
+	}
+	var from *position
+	if req.Offset != nil && req.Epoch != "" {
+		from = &position{*req.Offset, req.Epoch}
+	}
+	if s.historyOf(req.Topic) {
+		if ss.hist == nil {
+			ss.hist = map[string]bool{}
+		}
+		ss.hist[req.Topic] = true
+		ss.subs++
+		s.subs.Add(1)
+		s.m.subscriptions.Inc()
+		// The answer comes from subscribeHistory, id or not.
+		s.subscribeHistory(c, req.Topic, req.ID, from, "")
+		return nil
 	}
 	if err := s.hub.Subscribe(c, req.Topic); err != nil {
 		if errors.Is(err, rally.ErrClosed) {
@@ -130,6 +156,10 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	ss.subs++
 	s.subs.Add(1)
 	s.m.subscriptions.Inc()
+	if from != nil {
+		no := false
+		return subscribeAck(req.ID, req.Topic, &recovery{reason: reasonNoHistory}, &no, "")
+	}
 	return ack(req.ID)
 }
 
@@ -137,7 +167,13 @@ func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte 
 	if err := validTopic(req.Topic); err != nil {
 		return errorFrame(req.ID, codeInvalidTopic, err.Error())
 	}
-	if s.hub.Unsubscribe(c, req.Topic) {
+	if ss.hist[req.Topic] {
+		delete(ss.hist, req.Topic)
+		s.histHub.remove(c, req.Topic)
+		ss.subs--
+		s.subs.Add(-1)
+		s.m.subscriptions.Dec()
+	} else if s.hub.Unsubscribe(c, req.Topic) {
 		ss.subs--
 		s.subs.Add(-1)
 		s.m.subscriptions.Dec()
@@ -154,6 +190,17 @@ func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
 	}
 	if len(req.Data) == 0 {
 		return errorFrame(req.ID, codeBadRequest, `publish needs "data"`)
+	}
+	if s.historyOf(req.Topic) {
+		// Every subscriber gets it, the publisher included: positions
+		// have no holes.
+		pos, err := s.history.publish(req.Topic, req.Data, false)
+		s.publishes.Add(1)
+		s.m.publishes.WithLabelValues("ws").Inc()
+		if err != nil {
+			return s.historyError(req.ID, err)
+		}
+		return publishAck(req.ID, pos)
 	}
 	env := envelope(req.Topic, req.Data, false)
 	res, err := s.hub.PublishFrom(c, req.Topic, rally.Text, env)

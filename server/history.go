@@ -1,0 +1,454 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/pubsub"
+	"github.com/rallyws/rally/pubsub/natsbroker"
+)
+
+// HistoryConfig keeps the last messages of some topics, so that a client
+// that reconnects gets what it missed (docs/PROTOCOL.md, "History and
+// recovery"). Alone, a server keeps them in memory; with NATS, in a
+// JetStream stream that every node shares and that outlives them.
+type HistoryConfig struct {
+	// Topics are the patterns (as in tokens: "*" for any run of
+	// characters) of the topics with history. None: no history.
+	Topics []string
+	// Size is how many messages a topic keeps at most. Default 100.
+	Size int
+	// Age is how long a message is kept at most. Default 10 minutes.
+	Age time.Duration
+	// RecoveryLimit is how many messages one recovery replays at most;
+	// a client that missed more is told recovered:false, reason
+	// "limit". Default 1000.
+	RecoveryLimit int
+	// StoreDir is where the embedded NATS server keeps its JetStream
+	// data (needed with history and an embedded NATS server).
+	StoreDir string
+	// Stream names the JetStream stream of the history. Default "RALLY_HISTORY".
+	Stream string
+}
+
+func (h *HistoryConfig) fill() error {
+	switch {
+	case h.Size < 0:
+		return errors.New("rally serve: --history-size must be positive")
+	case h.Age < 0:
+		return errors.New("rally serve: --history-age must be positive")
+	case h.RecoveryLimit < 0:
+		return errors.New("rally serve: --recovery-limit must be positive")
+	}
+	if h.Size == 0 {
+		h.Size = 100
+	}
+	if h.Age == 0 {
+		h.Age = 10 * time.Minute
+	}
+	if h.RecoveryLimit == 0 {
+		h.RecoveryLimit = 1000
+	}
+	if h.Stream == "" {
+		h.Stream = "RALLY_HISTORY"
+	}
+	return nil
+}
+
+// position is where a message stands in its topic's history.
+type position struct {
+	offset uint64
+	epoch  string
+}
+
+// Reasons of recovered:false (docs/PROTOCOL.md).
+const (
+	reasonEpoch       = "epoch"
+	reasonExpired     = "expired"
+	reasonLimit       = "limit"
+	reasonNoHistory   = "no_history"
+	reasonUnavailable = "unavailable"
+)
+
+// closeInsufficientState closes a connection that would miss a message
+// of a history topic: the client reconnects and recovers it.
+const closeInsufficientState = 4010
+
+// recovery is what a history holds after a position: the deliveries
+// (positions included) in order, or why it cannot say (reason), and the
+// topic's position at the time of reading.
+type recovery struct {
+	envs   [][]byte
+	top    position
+	reason string
+}
+
+// historyStore keeps the history of topics and delivers each new message
+// of a topic, in offset order, to histHub.deliver.
+type historyStore interface {
+	publish(topic string, data []byte, base64 bool) (position, error)
+	since(topic string, pos position, limit int) (recovery, error)
+	top(topic string) (position, error)
+	close()
+}
+
+// histHub is the subscribers of this node to history topics. A
+// subscriber is first buffering (its replay is being written; live
+// messages wait in its buffer), then live.
+type histHub struct {
+	mu     sync.RWMutex
+	topics map[string]*histTopic
+	// bufferLimit bounds the messages a buffering subscriber holds.
+	bufferLimit int
+	onDeliver   func(n, dropped, size int)
+}
+
+type histTopic struct {
+	mu   sync.Mutex
+	subs map[*rally.Conn]*histSub
+}
+
+type histSub struct {
+	buffering bool
+	buf       []histMsg
+	overflow  bool
+}
+
+type histMsg struct {
+	offset uint64
+	env    []byte
+}
+
+func newHistHub(bufferLimit int) *histHub {
+	return &histHub{topics: map[string]*histTopic{}, bufferLimit: bufferLimit}
+}
+
+// add makes c a buffering subscriber of topic.
+func (h *histHub) add(c *rally.Conn, topic string) *histSub {
+	h.mu.Lock()
+	t := h.topics[topic]
+	if t == nil {
+		t = &histTopic{subs: map[*rally.Conn]*histSub{}}
+		h.topics[topic] = t
+	}
+	s := &histSub{buffering: true}
+	t.mu.Lock()
+	t.subs[c] = s
+	t.mu.Unlock()
+	h.mu.Unlock()
+	return s
+}
+
+// remove ends c's subscription to topic.
+func (h *histHub) remove(c *rally.Conn, topic string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[topic]
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	delete(t.subs, c)
+	empty := len(t.subs) == 0
+	t.mu.Unlock()
+	if empty {
+		delete(h.topics, topic)
+	}
+}
+
+func (h *histHub) count(topic string) int {
+	h.mu.RLock()
+	t := h.topics[topic]
+	h.mu.RUnlock()
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.subs)
+}
+
+// deliver hands the message at offset of topic to its subscribers here:
+// sent to the live ones (a live one that cannot take it is closed with
+// 4010: it will recover the message), kept for the buffering ones.
+func (h *histHub) deliver(topic string, offset uint64, env []byte) {
+	h.mu.RLock()
+	t := h.topics[topic]
+	h.mu.RUnlock()
+	if t == nil {
+		return
+	}
+	n, dropped := 0, 0
+	t.mu.Lock()
+	for c, s := range t.subs {
+		if s.buffering {
+			if len(s.buf) >= h.bufferLimit {
+				s.overflow = true
+				continue
+			}
+			s.buf = append(s.buf, histMsg{offset, env})
+			continue
+		}
+		if st, err := c.Send(rally.Text, env); err != nil || st == rally.Dropped {
+			dropped++
+			c.Close(closeInsufficientState, "insufficient state")
+			continue
+		}
+		n++
+	}
+	t.mu.Unlock()
+	if h.onDeliver != nil {
+		h.onDeliver(n, dropped, len(env))
+	}
+}
+
+// goLive sends c the messages its buffer holds after offset, then makes
+// it live. It reports false if sub is no longer c's subscription to
+// topic, or its buffer overflowed (c is closed with 4010 then).
+func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64) bool {
+	h.mu.RLock()
+	t := h.topics[topic]
+	h.mu.RUnlock()
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.subs[c]
+	if s != sub {
+		return false
+	}
+	if s.overflow {
+		c.Close(closeInsufficientState, "insufficient state")
+		return false
+	}
+	for _, m := range s.buf {
+		if m.offset <= after {
+			continue // in the replay already
+		}
+		if st, err := c.Send(rally.Text, m.env); err != nil || st == rally.Dropped {
+			c.Close(closeInsufficientState, "insufficient state")
+			return false
+		}
+		after = m.offset
+	}
+	s.buf, s.buffering = nil, false
+	return true
+}
+
+// historyOf reports whether topic has history.
+func (s *Server) historyOf(topic string) bool {
+	return s.history != nil && matchAny(s.cfg.History.Topics, topic)
+}
+
+// subscribeHistory subscribes c to a history topic: it answers with the
+// topic's position and, if the client asked (from != nil), replays what
+// it missed since from, then goes live, without gap or duplicate. It
+// runs on its own goroutine: a replay may wait for the client to read.
+func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *position, client string) {
+	sub := s.histHub.add(c, topic)
+	go func() {
+		var r recovery
+		var err error
+		if from != nil {
+			r, err = s.history.since(topic, *from, s.cfg.History.RecoveryLimit)
+		} else {
+			r.top, err = s.history.top(topic)
+		}
+		if err != nil {
+			s.log.Warn("history: reading failed", "topic", topic, "err", err)
+			r = recovery{reason: reasonUnavailable}
+			if from == nil {
+				// Without a position to start from, the subscription is live
+				// from now on; the client learns it with the next message.
+				s.reply(c, subscribeAck(id, topic, nil, nil, client))
+				s.histHub.goLive(c, topic, sub, 0)
+				return
+			}
+		}
+		recovered := from != nil && r.reason == ""
+		var flag *bool
+		if from != nil {
+			flag = &recovered
+		}
+		ack := subscribeAck(id, topic, &r, flag, client)
+		if from != nil {
+			s.recoveries.WithLabelValues(orOK(r.reason)).Inc()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.replayTimeout())
+		defer cancel()
+		if err := c.Write(ctx, rally.Text, ack); err != nil {
+			return
+		}
+		for _, env := range r.envs {
+			if err := c.Write(ctx, rally.Text, env); err != nil {
+				c.Close(closeInsufficientState, "insufficient state")
+				return
+			}
+		}
+		s.m.messagesOut.WithLabelValues("message").Add(float64(len(r.envs)))
+		s.histHub.goLive(c, topic, sub, r.top.offset)
+	}()
+}
+
+func orOK(reason string) string {
+	if reason == "" {
+		return "recovered"
+	}
+	return reason
+}
+
+// replayTimeout bounds how long a replay may wait for its client.
+func (s *Server) replayTimeout() time.Duration {
+	if s.cfg.WriteStallTimeout > 0 {
+		return s.cfg.WriteStallTimeout
+	}
+	return time.Minute
+}
+
+// subscribeAck is the answer to a subscribe on a history or presence
+// topic, sent with or without an id: {"type":"ack","id":…,"topic":…,
+// "offset":…,"epoch":…,"recovered":…,"reason":…,"replayed":…,"client":…}.
+func subscribeAck(id []byte, topic string, r *recovery, recovered *bool, client string) []byte {
+	b := []byte(`{"type":"ack",`)
+	if len(id) > 0 {
+		b = append(b, `"id":`...)
+		b = append(b, id...)
+		b = append(b, ',')
+	}
+	b = append(b, `"topic":"`...)
+	b = append(b, topic...)
+	b = append(b, '"')
+	if r != nil && r.top.epoch != "" {
+		b = append(b, `,"offset":`...)
+		b = strconv.AppendUint(b, r.top.offset, 10)
+		b = append(b, `,"epoch":`...)
+		b = append(b, jsonString([]byte(r.top.epoch))...)
+	}
+	if recovered != nil {
+		b = append(b, `,"recovered":`...)
+		b = strconv.AppendBool(b, *recovered)
+		if *recovered {
+			b = append(b, `,"replayed":`...)
+			b = strconv.AppendInt(b, int64(len(r.envs)), 10)
+		} else {
+			b = append(b, `,"reason":"`...)
+			b = append(b, r.reason...)
+			b = append(b, '"')
+		}
+	}
+	if client != "" {
+		b = append(b, `,"client":"`...)
+		b = append(b, client...)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+// publishAck is the answer to a publish on a history topic.
+func publishAck(id []byte, pos position) []byte {
+	if len(id) == 0 {
+		return nil
+	}
+	b := append([]byte(`{"type":"ack","id":`), id...)
+	b = append(b, `,"offset":`...)
+	b = strconv.AppendUint(b, pos.offset, 10)
+	b = append(b, `,"epoch":`...)
+	b = append(b, jsonString([]byte(pos.epoch))...)
+	return append(b, '}')
+}
+
+// positionedEnvelope is the delivery of a message of a history topic:
+// {"type":"message","topic":T,"offset":N,"epoch":E,"data":D}.
+func positionedEnvelope(topic string, offset uint64, epoch string, data []byte, base64 bool) []byte {
+	b := make([]byte, 0, 80+len(topic)+len(epoch)+len(data))
+	b = append(b, `{"type":"message","topic":"`...)
+	b = append(b, topic...)
+	b = append(b, `","offset":`...)
+	b = strconv.AppendUint(b, offset, 10)
+	b = append(b, `,"epoch":`...)
+	b = append(b, jsonString([]byte(epoch))...)
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	if base64 {
+		b = append(b, `,"encoding":"base64"`...)
+	}
+	return append(b, '}')
+}
+
+// historyError answers a publish on a history topic that did not get a
+// position: it reached no one.
+func (s *Server) historyError(id []byte, err error) []byte {
+	s.m.drops.WithLabelValues("history").Inc()
+	s.log.Warn("publish: history refused it", "err", err)
+	if errors.Is(err, pubsub.ErrTooLarge) {
+		return errorFrame(id, codeTooLarge, "not published: "+err.Error())
+	}
+	return errorFrame(id, codeUnavailable, "not published: "+err.Error())
+}
+
+// startHistory sets up the history of cfg.History.Topics, if any: in
+// memory alone, in JetStream with NATS.
+func (s *Server) startHistory() error {
+	s.histHub = newHistHub(s.cfg.History.RecoveryLimit + 1024)
+	s.histHub.onDeliver = func(n, dropped, size int) {
+		s.delivered(pubsub.Result{Sent: n, Dropped: dropped}, size)
+	}
+	s.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rally_recoveries_total",
+		Help: "Subscribes that asked for the messages missed since a position, by outcome (recovered, or the reason they were not: epoch, expired, limit, no_history, unavailable).",
+	}, []string{"outcome"})
+	s.m.reg.MustRegister(s.recoveries)
+	if len(s.cfg.History.Topics) == 0 {
+		return nil
+	}
+	for _, p := range s.cfg.History.Topics {
+		if p == "" {
+			return errors.New("rally serve: --history has an empty pattern")
+		}
+	}
+	switch b := s.cfg.Broker.(type) {
+	case nil:
+		s.history = newMemHistory(s.cfg.History.Size, s.cfg.History.Age, s.histHub.deliver)
+	case *natsbroker.Broker:
+		h, err := s.startJetStream(b)
+		if err != nil {
+			return err
+		}
+		s.history = h
+	default:
+		return errors.New("rally serve: history needs NATS (with JetStream) to span several nodes, or no other nodes")
+	}
+	// Closers run last first: the history lets go of NATS before the broker.
+	s.closers = append(s.closers, s.history.close)
+	return nil
+}
+
+// publishHistory serves POST /publish on a history topic: the answer
+// carries the message's position; received and dropped are not counted
+// (deliveries on every node follow from the history).
+func (s *Server) publishHistory(w http.ResponseWriter, topic string, data []byte, base64 bool) {
+	pos, err := s.history.publish(topic, data, base64)
+	s.publishes.Add(1)
+	s.m.publishes.WithLabelValues("http").Inc()
+	if err != nil {
+		s.m.drops.WithLabelValues("history").Inc()
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, pubsub.ErrTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+			httpError(w, status, codeTooLarge, "not published: "+err.Error())
+			return
+		}
+		s.log.Warn("publish: history refused it", "err", err)
+		httpError(w, status, codeUnavailable, "not published: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, publishAnswer{Topic: topic, Offset: &pos.offset, Epoch: pos.epoch})
+}

@@ -1,0 +1,11 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/rallyws/rally/pubsub/natsbroker"
+)
+
+func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
+	return nil, errors.New("not yet")
+}

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+)
+
+// frame is the fields of a /ws frame the history tests look at.
+type frame struct {
+	Type      string          `json:"type"`
+	ID        json.RawMessage `json:"id"`
+	Topic     string          `json:"topic"`
+	Offset    *uint64         `json:"offset"`
+	Epoch     string          `json:"epoch"`
+	Data      json.RawMessage `json:"data"`
+	Recovered *bool           `json:"recovered"`
+	Reason    string          `json:"reason"`
+	Replayed  int             `json:"replayed"`
+	Code      string          `json:"code"`
+	Client    string          `json:"client"`
+	User      string          `json:"user"`
+	Count     int             `json:"count"`
+	Members   []struct {
+		Client string `json:"client"`
+		User   string `json:"user"`
+	} `json:"members"`
+}
+
+func (c *client) frame() frame {
+	c.t.Helper()
+	raw := c.next()
+	var f frame
+	if err := json.Unmarshal([]byte(raw), &f); err != nil {
+		c.t.Fatalf("frame %s: %v", raw, err)
+	}
+	return f
+}
+
+// subscribeAt subscribes to topic, from pos if it is not nil, and returns
+// the ack.
+func (c *client) subscribeAt(topic string, pos *position) frame {
+	c.t.Helper()
+	if pos == nil {
+		c.send(fmt.Sprintf(`{"type":"subscribe","topic":%q,"id":"s"}`, topic))
+	} else {
+		c.send(fmt.Sprintf(`{"type":"subscribe","topic":%q,"id":"s","offset":%d,"epoch":%q}`, topic, pos.offset, pos.epoch))
+	}
+	f := c.frame()
+	if f.Type != "ack" || string(f.ID) != `"s"` || f.Topic != topic {
+		c.t.Fatalf("subscribe to %s: got %+v, want its ack", topic, f)
+	}
+	return f
+}
+
+// message reads the next frame, which must be a message of topic with a
+// position, and returns its position and data (a JSON number).
+func (c *client) message(topic string) (position, int) {
+	c.t.Helper()
+	f := c.frame()
+	if f.Type != "message" || f.Topic != topic || f.Offset == nil || f.Epoch == "" {
+		c.t.Fatalf("got %+v, want a message of %s with a position", f, topic)
+	}
+	n, err := strconv.Atoi(string(f.Data))
+	if err != nil {
+		c.t.Fatalf("data %s is not a number", f.Data)
+	}
+	return position{*f.Offset, f.Epoch}, n
+}
+
+func publishN(c *client, topic string, from, to int) {
+	for i := from; i <= to; i++ {
+		c.send(fmt.Sprintf(`{"type":"publish","topic":%q,"data":%d}`, topic, i))
+	}
+}
+
+// reconnectRound is one outage of a subscriber: it sees messages 1..seen,
+// goes away, a publisher goes on up to total (partly while the subscriber
+// is away, partly while it resubscribes), and the subscriber, back on the
+// node at url2, must get seen+1..total exactly once, in order.
+func reconnectRound(t *testing.T, url1, url2, topic string, seen, total int) {
+	sub := dial(t, url1, nil)
+	ack := sub.subscribeAt(topic, nil)
+	if ack.Offset == nil || ack.Epoch == "" {
+		t.Fatalf("subscribe ack without a position: %+v", ack)
+	}
+	pub := dial(t, url1, nil)
+	publishN(pub, topic, 1, seen)
+	var last position
+	for i := 1; i <= seen; i++ {
+		pos, n := sub.message(topic)
+		if n != i {
+			t.Fatalf("live: got message %d, want %d", n, i)
+		}
+		last = pos
+	}
+	sub.c.CloseNow()
+	// Published while the subscriber is away…
+	half := seen + (total-seen)/2
+	publishN(pub, topic, seen+1, half)
+	// …and while it comes back, from another goroutine.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		publishN(pub, topic, half+1, total)
+	}()
+	back := dial(t, url2, nil)
+	ack = back.subscribeAt(topic, &last)
+	if ack.Recovered == nil || !*ack.Recovered {
+		t.Fatalf("resubscribe from %+v: %+v, want recovered", last, ack)
+	}
+	prev := last
+	for want := seen + 1; want <= total; want++ {
+		pos, n := back.message(topic)
+		if n != want {
+			t.Fatalf("after the outage: got message %d, want %d (a gap or a duplicate)", n, want)
+		}
+		if pos.epoch != prev.epoch || pos.offset <= prev.offset {
+			t.Fatalf("position %+v after %+v: not increasing in one epoch", pos, prev)
+		}
+		prev = pos
+	}
+	<-done
+	// Nothing more: a probe published now is the next message.
+	pub.send(fmt.Sprintf(`{"type":"publish","topic":%q,"data":%d}`, topic, total+1))
+	if _, n := back.message(topic); n != total+1 {
+		t.Fatalf("after the replay: got message %d, want %d", n, total+1)
+	}
+}
+
+func historyConfig() Config {
+	return Config{History: HistoryConfig{Topics: []string{"h.*"}, Size: 5000, RecoveryLimit: 5000}}
+}
+
+func TestReconnectWithinHistoryGetsEveryMissedMessageOnceOnOneNode(t *testing.T) {
+	s := serve(t, historyConfig())
+	for round := range 10 {
+		topic := "h." + strconv.Itoa(round)
+		reconnectRound(t, s.ws+"/ws", s.ws+"/ws", topic, 5, 400)
+	}
+}
+
+func TestRecoveryRefusedSaysWhy(t *testing.T) {
+	cfg := historyConfig()
+	cfg.History.Size = 10
+	cfg.History.RecoveryLimit = 5
+	s := serve(t, cfg)
+	c := dial(t, s.ws+"/ws", nil)
+	ack := c.subscribeAt("h.x", nil)
+	epoch := ack.Epoch
+	pub := dial(t, s.ws+"/ws", nil)
+	publishN(pub, "h.x", 1, 20)
+	for i := 1; i <= 20; i++ {
+		c.message("h.x")
+	}
+	for _, tc := range []struct {
+		topic  string
+		pos    position
+		reason string
+	}{
+		{"h.x", position{19, "another"}, "epoch"},
+		{"h.x", position{21, epoch}, "epoch"},
+		{"h.x", position{5, epoch}, "expired"},
+		{"h.x", position{12, epoch}, "limit"},
+		{"plain", position{12, epoch}, "no_history"},
+	} {
+		r := dial(t, s.ws+"/ws", nil)
+		ack := r.subscribeAt(tc.topic, &tc.pos)
+		if ack.Recovered == nil || *ack.Recovered || ack.Reason != tc.reason {
+			t.Errorf("%s from %+v: %+v, want recovered:false, reason %s", tc.topic, tc.pos, ack, tc.reason)
+		}
+		if tc.topic == "h.x" && (ack.Offset == nil || *ack.Offset != 20 || ack.Epoch != epoch) {
+			t.Errorf("%s from %+v: ack position %v %q, want 20 %q", tc.topic, tc.pos, ack.Offset, ack.Epoch, epoch)
+		}
+		r.c.CloseNow()
+	}
+	// Refused: nothing replayed, the next message is a new one.
+	r := dial(t, s.ws+"/ws", nil)
+	r.subscribeAt("h.x", &position{5, epoch})
+	pub.send(`{"type":"publish","topic":"h.x","data":21}`)
+	if pos, n := r.message("h.x"); n != 21 || pos.offset != 21 {
+		t.Errorf("after recovered:false got message %d at %+v, want the new one", n, pos)
+	}
+	// Within the limit and the history: recovered, replayed.
+	r = dial(t, s.ws+"/ws", nil)
+	ack = r.subscribeAt("h.x", &position{18, epoch})
+	if ack.Recovered == nil || !*ack.Recovered || ack.Replayed != 3 {
+		t.Fatalf("from 18: %+v, want recovered with 3 replayed", ack)
+	}
+	for want := 19; want <= 21; want++ {
+		if pos, n := r.message("h.x"); n != want || pos.offset != uint64(want) {
+			t.Fatalf("replay: got %d at %+v, want %d", n, pos, want)
+		}
+	}
+}
+
+func TestPublishOnHistoryTopicIsAckedWithItsPosition(t *testing.T) {
+	s := serve(t, historyConfig())
+	c := dial(t, s.ws+"/ws", nil)
+	ack := c.subscribeAt("h.p", nil)
+	c.send(`{"type":"publish","topic":"h.p","data":{"a":1},"id":7}`)
+	// The publisher subscribes: it gets its own message, then the ack.
+	pos, _ := func() (position, int) {
+		f := c.frame()
+		if f.Type != "message" || string(f.Data) != `{"a":1}` || f.Offset == nil {
+			t.Fatalf("got %+v, want the message", f)
+		}
+		return position{*f.Offset, f.Epoch}, 0
+	}()
+	if pos.offset != *ack.Offset+1 || pos.epoch != ack.Epoch {
+		t.Fatalf("message at %+v, subscribed at %d %s", pos, *ack.Offset, ack.Epoch)
+	}
+	c.expect(fmt.Sprintf(`{"type":"ack","id":7,"offset":%d,"epoch":%q}`, pos.offset, pos.epoch))
+}
+
+func TestHTTPPublishOnHistoryTopicAnswersItsPosition(t *testing.T) {
+	s := serve(t, historyConfig())
+	c := dial(t, s.ws+"/ws", nil)
+	ack := c.subscribeAt("h.api", nil)
+	status, body := post(t, s.http+"/publish/h.api", "application/json", "", []byte(`5`))
+	want := fmt.Sprintf(`{"topic":"h.api","received":0,"dropped":0,"offset":%d,"epoch":%q}`, *ack.Offset+1, ack.Epoch)
+	if status != 200 || !sameJSON(body, want) {
+		t.Fatalf("POST: %d %s, want 200 %s", status, body, want)
+	}
+	if pos, n := c.message("h.api"); n != 5 || pos.offset != *ack.Offset+1 {
+		t.Fatalf("got %d at %+v", n, pos)
+	}
+}
