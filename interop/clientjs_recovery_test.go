@@ -1,0 +1,243 @@
+package interop_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/rallyws/rally/server"
+)
+
+// historyConfig is `rally serve` with history on every topic, size
+// messages deep.
+func historyConfig(size int) server.Config {
+	cfg := serverConfig()
+	cfg.History = server.HistoryConfig{Topics: []string{"*"}, Size: size}
+	return cfg
+}
+
+// numbered decodes a message {"n": N}.
+func numbered(t *testing.T, c *jsClient, e jsEvent) int {
+	t.Helper()
+	var m struct{ N int }
+	if err := json.Unmarshal(e.Data, &m); err != nil || m.N == 0 {
+		t.Fatalf("%s: message %s is not {\"n\": N}", c.name, e)
+	}
+	return m.N
+}
+
+// subscribedTo waits for the client's subscribe on "news" (connect first)
+// and returns the subscribed event.
+func connectAndSubscribe(t *testing.T, c *jsClient) jsEvent {
+	t.Helper()
+	c.do("subscribe", map[string]any{"topic": "news"})
+	c.do("connect", nil)
+	e, _ := c.until("subscribed")
+	if e.Position == nil || e.Position.Epoch == "" {
+		t.Fatalf("%s: subscribe to a history topic: %s, want the topic's position", c.name, e)
+	}
+	return e
+}
+
+// Messages published while the network between the client and the server
+// is down, and while the client comes back (a publisher keeps publishing
+// through the cut, the reconnect and the switch from history to live),
+// all reach the client: every one exactly once and in order, with
+// positions that only grow, and the resubscribe says recovered.
+func TestJSClientGetsEveryMessageExactlyOnceAcrossANetworkDrop(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			srv := startRallyServe(t, historyConfig(1000))
+			proxy := newCutProxy(t, srv.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, c)
+
+			var got []int
+			var last *jsPosition
+			var subscribed []jsEvent
+			take := func(e jsEvent) {
+				switch e.Ev {
+				case "message":
+					n := numbered(t, c, e)
+					if e.Position == nil {
+						t.Fatalf("%s: message %d without a position", rt, n)
+					}
+					if last != nil && e.Position.Epoch == last.Epoch && e.Position.Offset <= last.Offset {
+						t.Fatalf("%s: message %d at %+v after %+v: positions must grow", rt, n, *e.Position, *last)
+					}
+					last = e.Position
+					got = append(got, n)
+				case "subscribed":
+					subscribed = append(subscribed, e)
+				}
+			}
+			publish := func(n int) error {
+				b, _ := json.Marshal(map[string]int{"n": n})
+				if status, body := httpPost(srv.addr, "/publish/news", b); status != 200 {
+					return fmt.Errorf("publish %d: %d %s", n, status, body)
+				}
+				return nil
+			}
+			for n := 1; n <= 10; n++ {
+				if err := publish(n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for len(got) < 10 {
+				take(c.next())
+			}
+
+			// The publisher goes on until told to stop: through the cut, the
+			// reconnect, the replay and the switch to live delivery. It
+			// waits at 500 (half the history) for the resubscribe, so that a
+			// slow reconnect does not outrun the history.
+			halfway := make(chan struct{})
+			resubscribed := make(chan struct{})
+			stop := make(chan struct{})
+			var stopOnce sync.Once
+			stopPublisher := func() { stopOnce.Do(func() { close(stop) }) }
+			defer stopPublisher() // also when the test fails early
+			published := make(chan int, 1)
+			failed := make(chan error, 1)
+			go func() {
+				for n := 11; ; n++ {
+					if err := publish(n); err != nil {
+						failed <- err
+						return
+					}
+					switch n {
+					case 100:
+						close(halfway)
+					case 500:
+						select {
+						case <-resubscribed:
+						case <-stop:
+						}
+					}
+					select {
+					case <-stop:
+						published <- n
+						return
+					default:
+					}
+				}
+			}()
+			proxy.Cut()
+			select {
+			case <-halfway:
+			case err := <-failed:
+				t.Fatal(err)
+			}
+			proxy.Restore()
+			for len(subscribed) == 0 {
+				take(c.next())
+			}
+			close(resubscribed)
+			// 50 messages after the resubscribe: the publisher ran across the
+			// switch from history to live.
+			for mark := len(got); len(got) < mark+50; {
+				take(c.next())
+			}
+			stopPublisher()
+			var total int
+			select {
+			case total = <-published:
+			case err := <-failed:
+				t.Fatal(err)
+			}
+			for got[len(got)-1] < total {
+				take(c.next())
+			}
+			for i, n := range got {
+				if n != i+1 {
+					t.Fatalf("%s: messages arrived as %v, want 1..%d once each, in order", rt, got, total)
+				}
+			}
+			t.Logf("%s: %d messages; %d replayed at the resubscribe", rt, total, subscribed[0].Replayed)
+			for _, s := range subscribed {
+				if !s.Resubscribed || !s.Recovering || !s.Recovered {
+					t.Fatalf("%s: resubscribe %s, want recovered", rt, s)
+				}
+			}
+		})
+	}
+}
+
+// When more messages were published during the outage than the topic's
+// history keeps, the resubscribe says recovered: false with reason
+// "expired", replays nothing (never part of the gap), and the client
+// continues from the topic's current position.
+func TestJSClientIsToldWhenHistoryNoLongerHoldsWhatItMissed(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			srv := startRallyServe(t, historyConfig(5))
+			proxy := newCutProxy(t, srv.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, c)
+			publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
+			if e, _ := c.until("message"); numbered(t, c, e) != 1 {
+				t.Fatalf("first message: %s", e)
+			}
+			proxy.Cut()
+			c.expect("disconnected")
+			for n := 2; n <= 20; n++ {
+				publishHTTP(t, srv.addr, "news", map[string]int{"n": n})
+			}
+			proxy.Restore()
+			s, _ := c.until("subscribed")
+			if !s.Resubscribed || !s.Recovering || s.Recovered || s.Reason != "expired" {
+				t.Fatalf("resubscribe: %s, want recovered false, reason expired", s)
+			}
+			publishHTTP(t, srv.addr, "news", map[string]int{"n": 21})
+			e := c.expect("message")
+			if n := numbered(t, c, e); n != 21 {
+				t.Fatalf("after the resubscribe: message %d, want 21 (nothing of the gap)", n)
+			}
+			if e.Position == nil || s.Position == nil || e.Position.Epoch != s.Position.Epoch || e.Position.Offset <= s.Position.Offset {
+				t.Fatalf("message 21 at %v after a resubscribe at %v: want a later position of the same epoch", e.Position, s.Position)
+			}
+		})
+	}
+}
+
+// When the server itself goes away (shutdown: 1001) and another comes
+// back in its place with a history of its own (a new epoch), the client
+// reconnects and is told recovered: false, reason "epoch"; it then
+// follows the new history.
+func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			first := startRallyServe(t, historyConfig(100))
+			proxy := newCutProxy(t, first.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			sub := connectAndSubscribe(t, c)
+			publishHTTP(t, first.addr, "news", map[string]int{"n": 1})
+			if e, _ := c.until("message"); numbered(t, c, e) != 1 {
+				t.Fatalf("first message: %s", e)
+			}
+			first.stop()
+			if e := c.expect("disconnected"); e.Code != 1001 || !e.Reconnect {
+				t.Fatalf("server shutdown: %s, want 1001 and a reconnect", e)
+			}
+			second := startRallyServe(t, historyConfig(100))
+			proxy.Retarget(second.addr)
+			s, _ := c.until("subscribed")
+			if !s.Resubscribed || !s.Recovering || s.Recovered || s.Reason != "epoch" {
+				t.Fatalf("resubscribe to the new server: %s, want recovered false, reason epoch", s)
+			}
+			if s.Position == nil || s.Position.Epoch == sub.Position.Epoch {
+				t.Fatalf("resubscribe at %v, want the new server's epoch (the old one was %q)", s.Position, sub.Position.Epoch)
+			}
+			publishHTTP(t, second.addr, "news", map[string]int{"n": 2})
+			e := c.expect("message")
+			if numbered(t, c, e) != 2 || e.Position == nil || e.Position.Epoch != s.Position.Epoch {
+				t.Fatalf("message on the new server: %s", e)
+			}
+		})
+	}
+}
+
