@@ -240,4 +240,3 @@ func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
 		})
 	}
 }
-
