@@ -147,6 +147,7 @@ export class Client extends Emitter {
   #tokenStale = false; // ask getToken before the next attempt
   #attempt = 0;
   #timer = null;
+  #try = 0; // numbers the scheduled tries: a try that is no longer the latest gives up
   #handshakeTimer = null;
   #nextID = 1;
   #pending = new Map(); // request id -> {resolve, reject, topic}
@@ -208,6 +209,7 @@ export class Client extends Emitter {
     if (this.state === "closed") return;
     const wanted = this.state === "connected" || this.state === "connecting";
     this.state = "closed";
+    this.#try++;
     this.#listenOnline(false);
     clearTimeout(this.#timer);
     this.#timer = null;
@@ -289,10 +291,11 @@ export class Client extends Emitter {
   // #schedule starts the next attempt after delay ms.
   #schedule(delay) {
     clearTimeout(this.#timer);
+    const n = ++this.#try;
     this.emit("connecting", { attempt: this.#attempt, delay, ...this.#lastClose });
     this.#timer = setTimeout(() => {
       this.#timer = null;
-      this.#open();
+      this.#open(n);
     }, delay);
   }
 
@@ -306,19 +309,22 @@ export class Client extends Emitter {
     this.#schedule(backoff(this.#attempt, this.#opts.minDelay, this.#opts.maxDelay));
   }
 
-  async #open() {
+  // #open makes try n: a token first if one is needed, then the WebSocket.
+  async #open(n) {
     if (this.state !== "connecting" || this.#offline) return;
     if (this.#opts.getToken && (!this.#token || this.#tokenStale || expired(this.#token))) {
       try {
         this.#token = String(await this.#opts.getToken());
         this.#tokenStale = false;
       } catch (err) {
+        if (n !== this.#try || this.state !== "connecting") return;
         this.emit("error", { code: "token", message: "rally client: getToken: " + String(err?.message ?? err), topic: "" });
         this.#lastClose = { code: 0, reason: "getToken failed" };
         this.#retry();
         return;
       }
-      if (this.state !== "connecting" || this.#offline) return;
+      // close, offline or another try may have come while getToken ran.
+      if (n !== this.#try || this.state !== "connecting" || this.#offline) return;
     }
     const url = new URL(this.#url);
     if (this.#token) url.searchParams.set("token", this.#token);
@@ -503,6 +509,7 @@ export class Client extends Emitter {
   #wentOffline = () => {
     if (this.state === "closed" || this.#offline) return;
     this.#offline = true;
+    this.#try++;
     clearTimeout(this.#timer);
     this.#timer = null;
     const ws = this.#ws;
