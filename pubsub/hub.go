@@ -340,7 +340,7 @@ func (h *Hub) PublishFrom(from *rally.Conn, topic string, typ rally.MessageType,
 	if typ != rally.Text && typ != rally.Binary {
 		return Result{}, fmt.Errorf("pubsub: publish on topic %q: message type %v is not Text or Binary", topic, typ)
 	}
-	r := h.deliver(from, topic, typ, payload)
+	r := h.deliver(from, topic, typ, payload, h.publishToSelf)
 	if h.broker == nil || h.detached.Load() {
 		return r, nil
 	}
@@ -350,13 +350,24 @@ func (h *Hub) PublishFrom(from *rally.Conn, topic string, typ rally.MessageType,
 	return r, nil
 }
 
+// PublishLocal sends payload to this hub's subscribers of topic only,
+// leaving out from (which may be nil): nothing goes to the broker. It is
+// for messages every node makes for its own subscribers, such as
+// presence events.
+func (h *Hub) PublishLocal(from *rally.Conn, topic string, typ rally.MessageType, payload []byte) (Result, error) {
+	if typ != rally.Text && typ != rally.Binary {
+		return Result{}, fmt.Errorf("pubsub: publish on topic %q: message type %v is not Text or Binary", topic, typ)
+	}
+	return h.deliver(from, topic, typ, payload, false), nil
+}
+
 // scratch holds the copies of subscriber lists that publishes iterate
 // over without holding the hub's lock.
 var scratch = sync.Pool{New: func() any { return new([]*rally.Conn) }}
 
 // deliver sends the message to this hub's subscribers of topic, but from
-// unless publish-to-self is set.
-func (h *Hub) deliver(from *rally.Conn, topic string, typ rally.MessageType, payload []byte) Result {
+// unless toSelf is set.
+func (h *Hub) deliver(from *rally.Conn, topic string, typ rally.MessageType, payload []byte, toSelf bool) Result {
 	var r Result
 	h.mu.RLock()
 	t := h.topics[topic]
@@ -371,7 +382,7 @@ func (h *Hub) deliver(from *rally.Conn, topic string, typ rally.MessageType, pay
 	pm, err := rally.NewPreparedMessage(typ, payload)
 	if err == nil {
 		for _, c := range subs {
-			if c == from && !h.publishToSelf {
+			if c == from && !toSelf {
 				continue
 			}
 			if from != nil {
@@ -409,7 +420,7 @@ func (r receiver) Deliver(m Message) {
 		r.h.report(fmt.Errorf("pubsub: message from node %q on topic %q has type %v, not Text or Binary", m.Node, m.Topic, m.Type))
 		return
 	}
-	res := r.h.deliver(nil, m.Topic, m.Type, m.Payload)
+	res := r.h.deliver(nil, m.Topic, m.Type, m.Payload, false)
 	if r.h.onDeliver != nil {
 		r.h.onDeliver(m, res)
 	}

@@ -113,6 +113,7 @@ type histHub struct {
 type histTopic struct {
 	mu   sync.Mutex
 	subs map[*rally.Conn]*histSub
+	last uint64 // offset of the last message delivered
 }
 
 type histSub struct {
@@ -175,10 +176,14 @@ func (h *histHub) count(topic string) int {
 	return len(t.subs)
 }
 
-// deliver hands the message at offset of topic to its subscribers here:
-// sent to the live ones (a live one that cannot take it is closed with
-// 4010: it will recover the message), kept for the buffering ones.
-func (h *histHub) deliver(topic string, offset uint64, env []byte) {
+// deliver hands the message at offset of topic, whose predecessor in
+// the topic is at prev, to the topic's subscribers here: sent to the live
+// ones (a live one that cannot take it is closed with 4010: it will
+// recover the message), kept for the buffering ones. A message this node
+// saw already is left out; one whose predecessor it never saw means it
+// lost messages between nodes: the subscribers are closed with 4010 (a
+// buffering one when it would go live), to recover them.
+func (h *histHub) deliver(topic string, offset, prev uint64, env []byte) {
 	h.mu.RLock()
 	t := h.topics[topic]
 	h.mu.RUnlock()
@@ -187,13 +192,24 @@ func (h *histHub) deliver(topic string, offset uint64, env []byte) {
 	}
 	n, dropped := 0, 0
 	t.mu.Lock()
+	if offset <= t.last {
+		t.mu.Unlock()
+		return
+	}
+	gap := t.last != 0 && prev > t.last
+	t.last = offset
 	for c, s := range t.subs {
 		if s.buffering {
-			if len(s.buf) >= h.bufferLimit {
+			if gap || len(s.buf) >= h.bufferLimit {
 				s.overflow = true
 				continue
 			}
 			s.buf = append(s.buf, histMsg{offset, env})
+			continue
+		}
+		if gap {
+			dropped++
+			c.Close(closeInsufficientState, "insufficient state")
 			continue
 		}
 		if st, err := c.Send(rally.Text, env); err != nil || st == rally.Dropped {
@@ -206,6 +222,24 @@ func (h *histHub) deliver(topic string, offset uint64, env []byte) {
 	t.mu.Unlock()
 	if h.onDeliver != nil {
 		h.onDeliver(n, dropped, len(env))
+	}
+}
+
+// broadcast sends b to the live subscribers of topic here but from,
+// without a position: presence events.
+func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
+	h.mu.RLock()
+	t := h.topics[topic]
+	h.mu.RUnlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c, s := range t.subs {
+		if c != from && !s.buffering {
+			c.Send(rally.Text, b)
+		}
 	}
 }
 
@@ -416,7 +450,9 @@ func (s *Server) startHistory() error {
 	}
 	switch b := s.cfg.Broker.(type) {
 	case nil:
-		s.history = newMemHistory(s.cfg.History.Size, s.cfg.History.Age, s.histHub.deliver)
+		m := newMemHistory(s.cfg.History.Size, s.cfg.History.Age, s.histHub.deliver)
+		m.inUse = func(topic string) bool { return s.histHub.count(topic) > 0 }
+		s.history = m
 	case *natsbroker.Broker:
 		h, err := s.startJetStream(b)
 		if err != nil {

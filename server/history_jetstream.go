@@ -1,11 +1,99 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"time"
 
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
-func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
-	return nil, errors.New("not yet")
+// storeDir is where the embedded NATS server keeps the history: StoreDir,
+// or a directory of the node's name under the system's temporary one.
+func (h *HistoryConfig) storeDir(node string) string {
+	if h.StoreDir != "" {
+		return h.StoreDir
+	}
+	return filepath.Join(os.TempDir(), "rally-jetstream-"+node)
 }
+
+// jsHistory is the history of nodes joined by NATS: a JetStream stream
+// shared by all of them, whose sequences are the offsets and whose
+// creation time is the epoch. New messages reach this node's subscribers
+// from the stream, in stream order, whichever node published them.
+type jsHistory struct {
+	h       *natsbroker.History
+	timeout time.Duration
+	deliver func(topic string, offset, prev uint64, env []byte)
+}
+
+// opTimeout bounds one request to JetStream.
+const opTimeout = 10 * time.Second
+
+func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
+	j := &jsHistory{timeout: opTimeout, deliver: s.histHub.deliver}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	h, err := b.OpenHistory(ctx, natsbroker.HistoryOptions{
+		Stream:      s.cfg.History.Stream,
+		MaxPerTopic: int64(s.cfg.History.Size),
+		MaxAge:      s.cfg.History.Age,
+	}, j.handle, func(err error) { s.log.Warn("history", "err", err) })
+	if err != nil {
+		if errors.Is(err, natsbroker.ErrNoJetStream) {
+			return nil, fmt.Errorf("rally serve: --history with NATS needs JetStream on the NATS server (nats-server -js, or a jetstream {} block in its configuration): %w", err)
+		}
+		return nil, fmt.Errorf("rally serve: history: %w", err)
+	}
+	j.h = h
+	return j, nil
+}
+
+func (j *jsHistory) handle(r natsbroker.Record) {
+	env := positionedEnvelope(r.Topic, r.Seq, j.h.Epoch(), r.Data, r.Base64)
+	j.deliver(r.Topic, r.Seq, r.Prev, env)
+}
+
+func (j *jsHistory) publish(topic string, data []byte, base64 bool) (position, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
+	defer cancel()
+	seq, err := j.h.Publish(ctx, topic, data, base64)
+	if err != nil {
+		return position{}, err
+	}
+	return position{seq, j.h.Epoch()}, nil
+}
+
+func (j *jsHistory) top(topic string) (position, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
+	defer cancel()
+	seq, epoch, err := j.h.Top(ctx, topic)
+	return position{seq, epoch}, err
+}
+
+func (j *jsHistory) since(topic string, pos position, limit int) (recovery, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
+	defer cancel()
+	recs, top, err := j.h.Since(ctx, topic, pos.offset, pos.epoch, limit)
+	r := recovery{top: position{top, j.h.Epoch()}}
+	switch {
+	case errors.Is(err, natsbroker.ErrEpoch):
+		r.reason = reasonEpoch
+	case errors.Is(err, natsbroker.ErrExpired):
+		r.reason = reasonExpired
+	case errors.Is(err, natsbroker.ErrLimit):
+		r.reason = reasonLimit
+	case err != nil:
+		return recovery{}, err
+	}
+	for _, rec := range recs {
+		r.envs = append(r.envs, positionedEnvelope(topic, rec.Seq, r.top.epoch, rec.Data, rec.Base64))
+	}
+	return r, nil
+}
+
+func (j *jsHistory) close() { j.h.Close() }

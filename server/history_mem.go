@@ -16,7 +16,8 @@ type memHistory struct {
 	age     time.Duration
 	metaTTL time.Duration
 	now     func() time.Time
-	deliver func(topic string, offset uint64, env []byte)
+	deliver func(topic string, offset, prev uint64, env []byte)
+	inUse   func(topic string) bool // has subscribers here
 
 	mu     sync.Mutex
 	topics map[string]*memTopic
@@ -38,7 +39,7 @@ type memRecord struct {
 	env    []byte // the delivery, position included
 }
 
-func newMemHistory(size int, age time.Duration, deliver func(string, uint64, []byte)) *memHistory {
+func newMemHistory(size int, age time.Duration, deliver func(string, uint64, uint64, []byte)) *memHistory {
 	return &memHistory{
 		size: size, age: age, metaTTL: max(24*time.Hour, 2*age),
 		now: time.Now, deliver: deliver, topics: map[string]*memTopic{},
@@ -66,8 +67,9 @@ func (h *memHistory) topic(name string) *memTopic {
 	return t
 }
 
-// sweepLocked forgets the topics that have kept no message and seen no
-// publish for metaTTL: a client returning to one finds a new epoch.
+// sweepLocked forgets the topics that have kept no message, seen no
+// publish for metaTTL and have no subscriber: a client returning to one
+// finds a new epoch.
 func (h *memHistory) sweepLocked() {
 	now := h.now()
 	for name, t := range h.topics {
@@ -75,7 +77,7 @@ func (h *memHistory) sweepLocked() {
 		t.trimLocked(now, h.age)
 		idle := len(t.recs) == 0 && now.Sub(t.last) > h.metaTTL
 		t.mu.Unlock()
-		if idle {
+		if idle && (h.inUse == nil || !h.inUse(name)) {
 			delete(h.topics, name)
 		}
 	}
@@ -111,7 +113,7 @@ func (h *memHistory) publish(topic string, data []byte, base64 bool) (position, 
 		t.recs = t.recs[n:]
 	}
 	t.recs = append(t.recs, memRecord{offset: t.top, at: now, env: env})
-	h.deliver(topic, t.top, env)
+	h.deliver(topic, t.top, t.top-1, env)
 	return position{t.top, t.epoch}, nil
 }
 

@@ -3,8 +3,12 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
 // frame is the fields of a /ws frame the history tests look at.
@@ -96,9 +100,14 @@ func reconnectRound(t *testing.T, url1, url2, topic string, seen, total int) {
 		last = pos
 	}
 	sub.c.CloseNow()
-	// Published while the subscriber is away…
+	// Published while the subscriber is away (the last one acked: all
+	// are in the history)…
 	half := seen + (total-seen)/2
-	publishN(pub, topic, seen+1, half)
+	publishN(pub, topic, seen+1, half-1)
+	pub.send(fmt.Sprintf(`{"type":"publish","topic":%q,"data":%d,"id":"w"}`, topic, half))
+	if f := pub.frame(); f.Type != "ack" {
+		t.Fatalf("publish: %+v", f)
+	}
 	// …and while it comes back, from another goroutine.
 	done := make(chan struct{})
 	go func() {
@@ -107,8 +116,8 @@ func reconnectRound(t *testing.T, url1, url2, topic string, seen, total int) {
 	}()
 	back := dial(t, url2, nil)
 	ack = back.subscribeAt(topic, &last)
-	if ack.Recovered == nil || !*ack.Recovered {
-		t.Fatalf("resubscribe from %+v: %+v, want recovered", last, ack)
+	if ack.Recovered == nil || !*ack.Recovered || ack.Replayed < half-seen {
+		t.Fatalf("resubscribe from %+v: %+v, want recovered with at least %d replayed", last, ack, half-seen)
 	}
 	prev := last
 	for want := seen + 1; want <= total; want++ {
@@ -145,7 +154,22 @@ func TestRecoveryRefusedSaysWhy(t *testing.T) {
 	cfg := historyConfig()
 	cfg.History.Size = 10
 	cfg.History.RecoveryLimit = 5
-	s := serve(t, cfg)
+	recoveryRefusals(t, serve(t, cfg))
+}
+
+func TestRecoveryRefusedSaysWhyOnJetStream(t *testing.T) {
+	cfg := historyConfig()
+	cfg.History.Size = 10
+	cfg.History.RecoveryLimit = 5
+	cfg.NATS = NATSConfig{Embedded: "127.0.0.1:0"}
+	cfg.History.StoreDir = t.TempDir()
+	recoveryRefusals(t, serve(t, cfg))
+}
+
+// recoveryRefusals checks the answers to subscribes from positions that
+// cannot be recovered, on a server whose history keeps 10 messages per
+// topic and replays 5 at most.
+func recoveryRefusals(t *testing.T, s *testServer) {
 	c := dial(t, s.ws+"/ws", nil)
 	ack := c.subscribeAt("h.x", nil)
 	epoch := ack.Epoch
@@ -225,5 +249,47 @@ func TestHTTPPublishOnHistoryTopicAnswersItsPosition(t *testing.T) {
 	}
 	if pos, n := c.message("h.api"); n != 5 || pos.offset != *ack.Offset+1 {
 		t.Fatalf("got %d at %+v", n, pos)
+	}
+}
+
+// twoHistoryNodes starts node A with an embedded NATS server with
+// JetStream, and node B connected to it, both with history on h.*.
+func twoHistoryNodes(t *testing.T) (a, b *testServer) {
+	t.Helper()
+	cfg := historyConfig()
+	cfg.Node = "a"
+	cfg.NATS = NATSConfig{Embedded: "127.0.0.1:0"}
+	cfg.History.StoreDir = t.TempDir()
+	a = serve(t, cfg)
+	cfg = historyConfig()
+	cfg.Node = "b"
+	cfg.NATS = NATSConfig{URL: a.embeddedNATS.ClientURL()}
+	b = serve(t, cfg)
+	return a, b
+}
+
+func TestReconnectToAnotherNodeGetsEveryMissedMessageOnceThroughJetStream(t *testing.T) {
+	a, b := twoHistoryNodes(t)
+	for round := range 4 {
+		topic := "h." + strconv.Itoa(round)
+		// Away from A, back on B; and the other way round.
+		reconnectRound(t, a.ws+"/ws", b.ws+"/ws", topic, 5, 200)
+		reconnectRound(t, b.ws+"/ws", a.ws+"/ws", topic+"b", 5, 200)
+	}
+}
+
+func TestHistoryWithNATSWithoutJetStreamIsRefusedAtStart(t *testing.T) {
+	e, err := natsbroker.StartEmbedded("127.0.0.1:0", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	cfg := historyConfig()
+	cfg.NATS = NATSConfig{URL: e.ClientURL()}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Addr = "127.0.0.1:0"
+	_, err = New(cfg)
+	if err == nil || !strings.Contains(err.Error(), "needs JetStream") {
+		t.Fatalf("New: %v, want an error saying JetStream is needed", err)
 	}
 }

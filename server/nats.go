@@ -81,9 +81,14 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 		if err := portFree(n.Embedded, n.Cluster); err != nil {
 			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
 		}
-		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster,
+		eopts := []natsbroker.EmbeddedOption{
 			natsbroker.WithClientAuth(n.User, n.Password, n.Token),
-			natsbroker.WithClusterAuth(n.ClusterUser, n.ClusterPassword))
+			natsbroker.WithClusterAuth(n.ClusterUser, n.ClusterPassword),
+		}
+		if len(cfg.History.Topics) > 0 {
+			eopts = append(eopts, natsbroker.WithJetStream(cfg.History.storeDir(cfg.Node)))
+		}
+		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster, eopts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("rally serve: embedded NATS: %w", err)
 		}

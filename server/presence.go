@@ -1,8 +1,19 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
 // PresenceConfig tells subscribers of some topics who else subscribes
@@ -11,9 +22,9 @@ type PresenceConfig struct {
 	// Topics are the patterns of the topics with presence. None: no
 	// presence.
 	Topics []string
-	// TTL is how long the members of a node that stopped answering are
-	// kept (with NATS): a node announces its members every TTL/3.
-	// Default 30 s.
+	// TTL is how long the members of a node that stopped announcing
+	// itself are kept (with NATS): every node announces its members every
+	// TTL/3. Default 30 s.
 	TTL time.Duration
 }
 
@@ -24,9 +35,377 @@ func (p *PresenceConfig) fill() error {
 	if p.TTL == 0 {
 		p.TTL = 30 * time.Second
 	}
+	for _, t := range p.Topics {
+		if t == "" {
+			return errors.New("rally serve: --presence has an empty pattern")
+		}
+	}
 	return nil
 }
 
-type presence struct{}
+// member is one subscriber of a presence topic.
+type member struct {
+	Client string `json:"client"`
+	User   string `json:"user"`
+}
 
-func (s *Server) startPresence() error { return nil }
+// presence knows the members of presence topics: this node's, and, with
+// NATS, those other nodes announce. Nodes tell each other of each join
+// and leave as it happens, and every TTL/3 send their whole membership
+// (which repairs lost events); a node not heard of for TTL is taken to be
+// gone, with its members.
+type presence struct {
+	s   *Server
+	ttl time.Duration
+
+	nc      *nats.Conn // nil alone
+	subject string
+	sub     *nats.Subscription
+	done    chan struct{}
+	stopped chan struct{}
+
+	mu     sync.Mutex
+	local  map[string]map[string]member // topic → client → member
+	remote map[string]*remoteNode       // node → what it announced
+	round  uint64
+	muted  bool // tests: a node that stopped announcing (as if dead)
+}
+
+type remoteNode struct {
+	seen   time.Time
+	topics map[string]map[string]member
+	round  map[string]uint64 // the announcement round each topic was last in
+}
+
+// announcement is a presence message between nodes.
+type announcement struct {
+	Node  string `json:"node"`
+	Event string `json:"ev"` // join, leave, state, beat, hello, bye
+	Topic string `json:"topic,omitempty"`
+	member
+	Members []member `json:"members,omitempty"`
+	Round   uint64   `json:"round,omitempty"`
+}
+
+func (s *Server) presenceOf(topic string) bool {
+	return s.presence != nil && matchAny(s.cfg.Presence.Topics, topic)
+}
+
+func (s *Server) startPresence() error {
+	if len(s.cfg.Presence.Topics) == 0 {
+		return nil
+	}
+	p := &presence{s: s, ttl: s.cfg.Presence.TTL, local: map[string]map[string]member{}, remote: map[string]*remoteNode{}}
+	s.presence = p
+	switch b := s.cfg.Broker.(type) {
+	case nil:
+		return nil
+	case *natsbroker.Broker:
+		p.nc = b.Conn()
+		p.subject = b.SubjectPrefix() + ".presence"
+	default:
+		return errors.New("rally serve: presence needs NATS to span several nodes, or no other nodes")
+	}
+	sub, err := p.nc.Subscribe(p.subject, p.receive)
+	if err != nil {
+		return fmt.Errorf("rally serve: presence: %w", err)
+	}
+	if err := p.nc.Flush(); err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("rally serve: presence: %w", err)
+	}
+	p.sub = sub
+	p.done, p.stopped = make(chan struct{}), make(chan struct{})
+	go p.run()
+	p.announce(announcement{Event: "hello"})
+	// Closers run last first: presence says goodbye before NATS goes.
+	s.closers = append(s.closers, p.stop)
+	return nil
+}
+
+func (p *presence) run() {
+	defer close(p.stopped)
+	t := time.NewTicker(p.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		p.beat()
+		p.expire()
+	}
+}
+
+func (p *presence) stop() {
+	close(p.done)
+	<-p.stopped
+	p.announce(announcement{Event: "bye"})
+	p.nc.Flush()
+	p.sub.Unsubscribe()
+}
+
+func (p *presence) announce(a announcement) {
+	if p.nc == nil {
+		return
+	}
+	p.mu.Lock()
+	muted := p.muted
+	p.mu.Unlock()
+	if muted {
+		return
+	}
+	a.Node = p.s.cfg.Node
+	b, _ := json.Marshal(a)
+	if err := p.nc.Publish(p.subject, b); err != nil {
+		p.s.log.Warn("presence: announcing to other nodes", "err", err)
+	}
+}
+
+// beat sends this node's whole membership, a topic at a time, then the
+// end of the round.
+func (p *presence) beat() {
+	p.mu.Lock()
+	p.round++
+	round := p.round
+	states := make([]announcement, 0, len(p.local))
+	for topic, ms := range p.local {
+		states = append(states, announcement{Event: "state", Topic: topic, Members: slices.Collect(mapValues(ms)), Round: round})
+	}
+	p.mu.Unlock()
+	for _, a := range states {
+		p.announce(a)
+	}
+	p.announce(announcement{Event: "beat", Round: round})
+}
+
+func mapValues(m map[string]member) func(func(member) bool) {
+	return func(yield func(member) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// expire drops the nodes not heard of for ttl, and their members.
+func (p *presence) expire() {
+	now := time.Now()
+	var evs []event
+	p.mu.Lock()
+	for name, n := range p.remote {
+		if now.Sub(n.seen) > p.ttl {
+			evs = append(evs, p.dropNodeLocked(name)...)
+		}
+	}
+	p.mu.Unlock()
+	p.emit(evs)
+}
+
+// event is a join or leave to tell this node's subscribers of topic.
+type event struct {
+	leave bool
+	topic string
+	m     member
+	from  *rally.Conn // left out of the delivery
+}
+
+func (p *presence) dropNodeLocked(name string) []event {
+	n := p.remote[name]
+	if n == nil {
+		return nil
+	}
+	delete(p.remote, name)
+	var evs []event
+	for topic, ms := range n.topics {
+		for _, m := range ms {
+			evs = append(evs, event{leave: true, topic: topic, m: m})
+		}
+	}
+	return evs
+}
+
+// receive handles an announcement of another node.
+func (p *presence) receive(msg *nats.Msg) {
+	var a announcement
+	if json.Unmarshal(msg.Data, &a) != nil || a.Node == "" || a.Node == p.s.cfg.Node {
+		return
+	}
+	var evs []event
+	p.mu.Lock()
+	if a.Event == "bye" {
+		evs = p.dropNodeLocked(a.Node)
+		p.mu.Unlock()
+		p.emit(evs)
+		return
+	}
+	n := p.remote[a.Node]
+	if n == nil {
+		n = &remoteNode{topics: map[string]map[string]member{}, round: map[string]uint64{}}
+		p.remote[a.Node] = n
+	}
+	n.seen = time.Now()
+	switch a.Event {
+	case "hello":
+		// A node that just started: tell it who is here now.
+		p.mu.Unlock()
+		p.beat()
+		return
+	case "join":
+		if validTopic(a.Topic) != nil {
+			break
+		}
+		ms := n.topics[a.Topic]
+		if ms == nil {
+			ms = map[string]member{}
+			n.topics[a.Topic] = ms
+		}
+		if _, ok := ms[a.Client]; !ok {
+			ms[a.Client] = a.member
+			evs = append(evs, event{topic: a.Topic, m: a.member})
+		}
+	case "leave":
+		if m, ok := n.topics[a.Topic][a.Client]; ok {
+			delete(n.topics[a.Topic], a.Client)
+			if len(n.topics[a.Topic]) == 0 {
+				delete(n.topics, a.Topic)
+			}
+			evs = append(evs, event{leave: true, topic: a.Topic, m: m})
+		}
+	case "state":
+		if validTopic(a.Topic) != nil {
+			break
+		}
+		old := n.topics[a.Topic]
+		now := map[string]member{}
+		for _, m := range a.Members {
+			now[m.Client] = m
+			if _, ok := old[m.Client]; !ok {
+				evs = append(evs, event{topic: a.Topic, m: m})
+			}
+		}
+		for c, m := range old {
+			if _, ok := now[c]; !ok {
+				evs = append(evs, event{leave: true, topic: a.Topic, m: m})
+			}
+		}
+		n.topics[a.Topic] = now
+		n.round[a.Topic] = a.Round
+	case "beat":
+		// Topics the node did not mention this round have no members
+		// there any more.
+		for topic, ms := range n.topics {
+			if n.round[topic] == a.Round {
+				continue
+			}
+			for _, m := range ms {
+				evs = append(evs, event{leave: true, topic: topic, m: m})
+			}
+			delete(n.topics, topic)
+			delete(n.round, topic)
+		}
+	}
+	p.mu.Unlock()
+	p.emit(evs)
+}
+
+// join makes c, as client id of user, a member of topic here and tells
+// everyone.
+func (p *presence) join(c *rally.Conn, topic, client, user string) {
+	m := member{client, user}
+	p.mu.Lock()
+	ms := p.local[topic]
+	if ms == nil {
+		ms = map[string]member{}
+		p.local[topic] = ms
+	}
+	ms[client] = m
+	p.mu.Unlock()
+	p.emit([]event{{topic: topic, m: m, from: c}})
+	p.announce(announcement{Event: "join", Topic: topic, member: m})
+}
+
+func (p *presence) leave(topic, client string) {
+	p.mu.Lock()
+	m, ok := p.local[topic][client]
+	if ok {
+		delete(p.local[topic], client)
+		if len(p.local[topic]) == 0 {
+			delete(p.local, topic)
+		}
+	}
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	p.emit([]event{{leave: true, topic: topic, m: m}})
+	p.announce(announcement{Event: "leave", Topic: topic, member: m})
+}
+
+// members returns the members of topic on every node, ordered by client.
+func (p *presence) members(topic string) []member {
+	p.mu.Lock()
+	var all []member
+	for _, m := range p.local[topic] {
+		all = append(all, m)
+	}
+	for _, n := range p.remote {
+		for _, m := range n.topics[topic] {
+			all = append(all, m)
+		}
+	}
+	p.mu.Unlock()
+	slices.SortFunc(all, func(a, b member) int { return strings.Compare(a.Client, b.Client) })
+	return all
+}
+
+// emit tells this node's subscribers of each event's topic.
+func (p *presence) emit(evs []event) {
+	for _, e := range evs {
+		typ := "join"
+		if e.leave {
+			typ = "leave"
+		}
+		b, _ := json.Marshal(struct {
+			Type  string `json:"type"`
+			Topic string `json:"topic"`
+			member
+		}{typ, e.topic, e.m})
+		p.s.hub.PublishLocal(e.from, e.topic, rally.Text, b)
+		p.s.histHub.broadcast(e.from, e.topic, b)
+	}
+}
+
+// presenceAnswer answers {"type":"presence","topic":…}.
+func (s *Server) presenceAnswer(ss *wsSession, req *request) []byte {
+	if err := validTopic(req.Topic); err != nil {
+		return errorFrame(req.ID, codeInvalidTopic, err.Error())
+	}
+	if !ss.grant.maySubscribe(req.Topic) {
+		return errorFrame(req.ID, codeForbidden, "the token does not allow subscribing to "+strconv.Quote(req.Topic))
+	}
+	if !s.presenceOf(req.Topic) {
+		return errorFrame(req.ID, codeNoPresence, "topic "+strconv.Quote(req.Topic)+" has no presence")
+	}
+	ms := s.presence.members(req.Topic)
+	if ms == nil {
+		ms = []member{}
+	}
+	b, _ := json.Marshal(struct {
+		Type    string          `json:"type"`
+		ID      json.RawMessage `json:"id,omitempty"`
+		Topic   string          `json:"topic"`
+		Count   int             `json:"count"`
+		Members []member        `json:"members"`
+	}{"presence", req.ID, req.Topic, len(ms), ms})
+	return b
+}
+
+// mute stops the node's announcements, as if it had died (tests).
+func (p *presence) mute() {
+	p.mu.Lock()
+	p.muted = true
+	p.mu.Unlock()
+}

@@ -21,6 +21,11 @@ type wsSession struct {
 	// hist holds the history topics subscribed to (their subscriptions
 	// are in the server's histHub, not the pubsub hub).
 	hist map[string]bool
+	// client is the connection's id in presence (made on its first
+	// subscribe to a presence topic); pres the presence topics it is a
+	// member of.
+	client string
+	pres   map[string]bool
 }
 
 // request is one message from a /ws client.
@@ -45,6 +50,7 @@ const (
 	codeLimit         = "limit"         // too many subscriptions
 	codeTooLarge      = "too_large"     // other nodes do not carry a message this large
 	codeUnavailable   = "unavailable"   // other nodes could not be reached
+	codeNoPresence    = "no_presence"   // a presence request on a topic without presence
 	reasonTokenExpiry = "token expired"
 )
 
@@ -58,6 +64,9 @@ func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	s.wsConns.Add(-1)
 	for topic := range ss.hist {
 		s.histHub.remove(c, topic)
+	}
+	for topic := range ss.pres {
+		s.presence.leave(topic, ss.client)
 	}
 	s.subs.Add(int64(-ss.subs))
 	s.m.subscriptions.Sub(float64(ss.subs))
@@ -101,12 +110,15 @@ func (s *Server) wsMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 	case "publish":
 		s.count(req.Type, len(p))
 		s.reply(c, s.wsPublish(c, ss, &req))
+	case "presence":
+		s.count(req.Type, len(p))
+		s.reply(c, s.presenceAnswer(ss, &req))
 	case "":
 		s.count("unknown", len(p))
 		s.reply(c, errorFrame(id, codeBadRequest, `"type" is missing`))
 	default:
 		s.count("unknown", len(p))
-		s.reply(c, errorFrame(id, codeUnknownType, "type "+strconv.Quote(req.Type)+" is not subscribe, unsubscribe or publish"))
+		s.reply(c, errorFrame(id, codeUnknownType, "type "+strconv.Quote(req.Type)+" is not subscribe, unsubscribe, publish or presence"))
 	}
 }
 
@@ -133,6 +145,7 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if req.Offset != nil && req.Epoch != "" {
 		from = &position{*req.Offset, req.Epoch}
 	}
+	client := s.joinPresence(c, ss, req.Topic)
 	if s.historyOf(req.Topic) {
 		if ss.hist == nil {
 			ss.hist = map[string]bool{}
@@ -142,7 +155,7 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 		s.subs.Add(1)
 		s.m.subscriptions.Inc()
 		// The answer comes from subscribeHistory, id or not.
-		s.subscribeHistory(c, req.Topic, req.ID, from, "")
+		s.subscribeHistory(c, req.Topic, req.ID, from, client)
 		return nil
 	}
 	if err := s.hub.Subscribe(c, req.Topic); err != nil {
@@ -158,9 +171,29 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	s.m.subscriptions.Inc()
 	if from != nil {
 		no := false
-		return subscribeAck(req.ID, req.Topic, &recovery{reason: reasonNoHistory}, &no, "")
+		return subscribeAck(req.ID, req.Topic, &recovery{reason: reasonNoHistory}, &no, client)
+	}
+	if client != "" {
+		return subscribeAck(req.ID, req.Topic, nil, nil, client)
 	}
 	return ack(req.ID)
+}
+
+// joinPresence makes c a member of topic if it has presence, and returns
+// c's client id then ("" otherwise).
+func (s *Server) joinPresence(c *rally.Conn, ss *wsSession, topic string) string {
+	if !s.presenceOf(topic) {
+		return ""
+	}
+	if ss.client == "" {
+		ss.client = newEpoch() + newEpoch()[:4]
+	}
+	if ss.pres == nil {
+		ss.pres = map[string]bool{}
+	}
+	ss.pres[topic] = true
+	s.presence.join(c, topic, ss.client, ss.grant.subject)
+	return ss.client
 }
 
 func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
@@ -177,6 +210,11 @@ func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte 
 		ss.subs--
 		s.subs.Add(-1)
 		s.m.subscriptions.Dec()
+	}
+	if ss.pres[req.Topic] {
+		// After the unsubscribe: the leaver is not told of its own leave.
+		delete(ss.pres, req.Topic)
+		s.presence.leave(req.Topic, ss.client)
 	}
 	return ack(req.ID)
 }

@@ -466,3 +466,11 @@ func (t *topicSub) handle(msg *nats.Msg) {
 	b.received.Add(1)
 	a.r.Deliver(pubsub.Message{Topic: t.topic, Type: typ, Payload: payload, Node: p.node})
 }
+
+// Conn returns the broker's NATS connection, for other traffic of the
+// same node (such as presence announcements) under SubjectPrefix. It
+// is made with NoEcho: the node does not receive what it publishes.
+func (b *Broker) Conn() *nats.Conn { return b.nc }
+
+// SubjectPrefix returns the prefix of the broker's subjects.
+func (b *Broker) SubjectPrefix() string { return b.cfg.prefix }

@@ -50,6 +50,9 @@ func StartEmbedded(addr string, routes []string, clusterAddr string, options ...
 	}
 	opts := &server.Options{Host: host, Port: port, NoSigs: true, NoLog: true}
 	opts.Username, opts.Password, opts.Authorization = ec.user, ec.password, ec.token
+	if ec.storeDir != "" {
+		opts.JetStream, opts.StoreDir = true, ec.storeDir
+	}
 	if clusterAddr != "" {
 		chost, cport, err := splitAddr(clusterAddr)
 		if err != nil {
@@ -146,6 +149,14 @@ type EmbeddedOption func(*embeddedConfig)
 type embeddedConfig struct {
 	user, password, token    string
 	routeUser, routePassword string
+	storeDir                 string
+}
+
+// WithJetStream turns JetStream on in the embedded server, keeping its
+// data (streams such as a History's) in dir, which it creates if need
+// be. Embedded servers joined by routes form one JetStream cluster.
+func WithJetStream(dir string) EmbeddedOption {
+	return func(c *embeddedConfig) { c.storeDir = dir }
 }
 
 // WithClientAuth makes the embedded server demand of every client (this
