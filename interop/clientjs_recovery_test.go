@@ -3,9 +3,11 @@ package interop_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/rallyws/rally/pubsub/natsbroker"
 	"github.com/rallyws/rally/server"
 )
 
@@ -236,6 +238,122 @@ func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
 			e := c.expect("message")
 			if numbered(t, c, e) != 2 || e.Position == nil || e.Position.Epoch != s.Position.Epoch {
 				t.Fatalf("message on the new server: %s", e)
+			}
+		})
+	}
+}
+
+// Two nodes share their history through NATS JetStream. The client's node
+// dies (shutdown: 1001); messages are published on the other node while
+// the client has none; the proxy then leads the client to the other node:
+// the resubscribe recovers every missed message, exactly once and in
+// order, and live ones follow.
+func TestJSClientRecoversOnAnotherNodeAfterItsServerDies(t *testing.T) {
+	nats, err := natsbroker.StartEmbedded("127.0.0.1:0", nil, "", natsbroker.WithJetStream(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nats.Shutdown)
+	node := func(t *testing.T, name string) *rallyServe {
+		cfg := historyConfig(1000)
+		cfg.Node = name
+		cfg.NATS = server.NATSConfig{URL: nats.ClientURL()}
+		return startRallyServe(t, cfg)
+	}
+	for i, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			topic := fmt.Sprintf("nodes.%d", i)
+			a, b := node(t, "a"), node(t, "b")
+			proxy := newCutProxy(t, a.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			c.do("subscribe", map[string]any{"topic": topic})
+			c.do("connect", nil)
+			if s, _ := c.until("subscribed"); s.Position == nil {
+				t.Fatalf("subscribe: %s, want a position", s)
+			}
+			next := func() int {
+				t.Helper()
+				e, _ := c.until("message")
+				if e.Position == nil {
+					t.Fatalf("message without a position: %s", e)
+				}
+				return numbered(t, c, e)
+			}
+			for n := 1; n <= 10; n++ {
+				publishHTTP(t, a.addr, topic, map[string]int{"n": n})
+			}
+			for n := 1; n <= 10; n++ {
+				if got := next(); got != n {
+					t.Fatalf("live: message %d, want %d", got, n)
+				}
+			}
+			a.stop()
+			if e := c.expect("disconnected"); e.Code != 1001 {
+				t.Fatalf("node a shut down: %s, want 1001", e)
+			}
+			for n := 11; n <= 60; n++ {
+				publishHTTP(t, b.addr, topic, map[string]int{"n": n})
+			}
+			proxy.Retarget(b.addr)
+			s, _ := c.until("subscribed")
+			if !s.Resubscribed || !s.Recovered || s.Replayed != 50 {
+				t.Fatalf("resubscribe on node b: %s, want recovered with 50 replayed", s)
+			}
+			publishHTTP(t, b.addr, topic, map[string]int{"n": 61})
+			for n := 11; n <= 61; n++ {
+				if got := next(); got != n {
+					t.Fatalf("after the move to node b: message %d, want %d", got, n)
+				}
+			}
+		})
+	}
+}
+
+// On a presence topic the client learns its own member id when it
+// subscribes, sees others join and leave as presence events, and
+// presence() answers who is there.
+func TestJSClientSeesWhoIsSubscribed(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			cfg := serverConfig()
+			cfg.Presence = server.PresenceConfig{Topics: []string{"room.*"}}
+			srv := startRallyServe(t, cfg)
+			base := "http://" + srv.addr
+			a := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			a.do("subscribe", map[string]any{"topic": "room.1"})
+			a.do("connect", nil)
+			sa, _ := a.until("subscribed")
+			b := startJSClient(t, "node-ws", base, base+"/ws", fastBackoff)
+			b.do("subscribe", map[string]any{"topic": "room.1"})
+			b.do("connect", nil)
+			sb, _ := b.until("subscribed")
+			if sa.Client == "" || sb.Client == "" || sa.Client == sb.Client {
+				t.Fatalf("member ids %q and %q, want two", sa.Client, sb.Client)
+			}
+			if e, _ := a.until("presence"); e.Type != "join" || e.Topic != "room.1" || e.Client != sb.Client {
+				t.Fatalf("presence event %s, want b's join", e)
+			}
+			a.do("presence", map[string]any{"ref": 1, "topic": "room.1"})
+			e, _ := a.until("presence-answer")
+			var answer struct {
+				Count   int
+				Members []struct{ Client, User string }
+			}
+			if err := json.Unmarshal(e.Answer, &answer); err != nil || answer.Count != 2 || len(answer.Members) != 2 {
+				t.Fatalf("presence answer %s, want the two members", e.Answer)
+			}
+			b.do("close", nil)
+			if e, _ := a.until("presence"); e.Type != "leave" || e.Client != sb.Client {
+				t.Fatalf("presence event %s, want b's leave", e)
+			}
+			a.do("presence", map[string]any{"ref": 2, "topic": "room.2"})
+			if e, _ := a.until("presence-answer"); !strings.Contains(string(e.Answer), `"count":0`) {
+				t.Fatalf("presence of an empty room: %s, want count 0", e)
+			}
+			a.do("presence", map[string]any{"ref": 3, "topic": "plain"})
+			if e, _ := a.until("presence-answer"); e.ErrCode != "no_presence" {
+				t.Fatalf("presence of a topic without presence: %s, want a no_presence rejection", e)
 			}
 		})
 	}
