@@ -358,3 +358,39 @@ func TestJSClientSeesWhoIsSubscribed(t *testing.T) {
 		})
 	}
 }
+
+// A position saved from one client (as a page would keep it across a
+// reload) and given to subscribe's since by a new one recovers what was
+// published in between.
+func TestJSClientResumesFromASavedPosition(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			srv := startRallyServe(t, historyConfig(100))
+			base := "http://" + srv.addr
+			first := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, first)
+			publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
+			e, _ := first.until("message")
+			if numbered(t, first, e) != 1 || e.Position == nil {
+				t.Fatalf("first client: %s", e)
+			}
+			first.do("close", nil)
+			first.expect("disconnected")
+			for n := 2; n <= 4; n++ {
+				publishHTTP(t, srv.addr, "news", map[string]int{"n": n})
+			}
+			second := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			second.do("subscribe", map[string]any{"topic": "news", "since": e.Position})
+			second.do("connect", nil)
+			s, _ := second.until("subscribed")
+			if !s.Recovering || !s.Recovered || s.Resubscribed || s.Replayed != 3 {
+				t.Fatalf("subscribe with since: %s, want recovered with 3 replayed", s)
+			}
+			for n := 2; n <= 4; n++ {
+				if e := second.expect("message"); numbered(t, second, e) != n {
+					t.Fatalf("replay: %s, want message %d", e, n)
+				}
+			}
+		})
+	}
+}
