@@ -23,7 +23,8 @@
  * RallyError is what failed requests reject with and what "error" events
  * carry: code is the protocol's error code (docs/PROTOCOL.md) or one of the
  * client's own: "disconnected" (the connection ended before the answer),
- * "not_connected" (nothing was sent), "token" (getToken failed).
+ * "not_connected" (nothing was sent), "token" (getToken failed), "url"
+ * (the WebSocket constructor refused the URL).
  */
 export class RallyError extends Error {
   /** @param {string} code @param {string} message */
@@ -33,6 +34,10 @@ export class RallyError extends Error {
     this.code = code;
   }
 }
+
+// emit is Emitter's method that calls the handlers; a symbol keeps it off
+// the public API.
+const emit = Symbol("emit");
 
 // Emitter is the small on/off/once event API of Client and Subscription.
 class Emitter {
@@ -64,7 +69,7 @@ class Emitter {
   // emit calls the handlers in the order they were added. A handler that
   // throws does not stop the others or the client: the exception is
   // rethrown on its own, as an EventTarget does.
-  emit(type, ev) {
+  [emit](type, ev) {
     const set = this.#handlers.get(type);
     if (!set) return;
     for (const fn of [...set]) {
@@ -81,8 +86,8 @@ class Emitter {
 
 /**
  * Subscription is one topic of a Client. Its events: "subscribed",
- * "message", "error", "unsubscribed" (the same objects as the Client's
- * events of those names, for this topic only).
+ * "message", "presence", "error", "unsubscribed" (the same objects as the
+ * Client's events of those names, for this topic only).
  */
 export class Subscription extends Emitter {
   #client;
@@ -124,11 +129,13 @@ export class Subscription extends Emitter {
  * - "disconnected" {code, reason, reconnect}: an open connection ended (or
  *   the browser went offline, or close was called); reconnect says whether
  *   the client will try again.
- * - "subscribed" {topic, recovered, position, resubscribed, reason}: the
- *   server acknowledged a subscribe. recovered: every message missed since
- *   the position asked for has been (or is being) delivered, in order;
- *   false with reason when the server could not prove that. resubscribed
- *   is true after a reconnect.
+ * - "subscribed" {topic, recovering, recovered, reason, resubscribed,
+ *   replayed, position, client}: the server acknowledged a subscribe.
+ *   recovering: a position was sent. recovered: every message after it
+ *   follows (replayed of them), in order, before any newer one; false with
+ *   reason when the server could not prove that, or nothing was asked.
+ *   resubscribed: the topic was subscribed on an earlier connection.
+ *   client: this connection's member id on presence topics.
  * - "message" {topic, data, position, encoding}: a message on a topic;
  *   position is null on topics without history.
  * - "unsubscribed" {topic}: after unsubscribe.
@@ -216,7 +223,7 @@ export class Client extends Emitter {
     const ws = this.#ws;
     this.#drop();
     if (ws) ws.close(code, reason);
-    if (wanted) this.emit("disconnected", { code, reason, reconnect: false });
+    if (wanted) this[emit]("disconnected", { code, reason, reconnect: false });
   }
 
   /**
@@ -229,7 +236,11 @@ export class Client extends Emitter {
   subscribe(topic, options = {}) {
     let sub = this.#subs.get(topic);
     if (sub) return sub;
-    sub = new Subscription(this, topic, options.since);
+    const since = options.since;
+    if (since != null && position(since) === null) {
+      throw new TypeError("rally client: since must be a position, {offset: number, epoch: string}");
+    }
+    sub = new Subscription(this, topic, since && position(since));
     this.#subs.set(topic, sub);
     if (this.state === "connected") this.#sendSubscribe(sub);
     return sub;
@@ -243,8 +254,8 @@ export class Client extends Emitter {
     sub.state = "unsubscribed";
     if (this.state === "connected") this.#send({ type: "unsubscribe", topic });
     const ev = { topic };
-    sub.emit("unsubscribed", ev);
-    this.emit("unsubscribed", ev);
+    sub[emit]("unsubscribed", ev);
+    this[emit]("unsubscribed", ev);
   }
 
   /**
@@ -292,7 +303,7 @@ export class Client extends Emitter {
   #schedule(delay) {
     clearTimeout(this.#timer);
     const n = ++this.#try;
-    this.emit("connecting", { attempt: this.#attempt, delay, ...this.#lastClose });
+    this[emit]("connecting", { attempt: this.#attempt, delay, ...this.#lastClose });
     this.#timer = setTimeout(() => {
       this.#timer = null;
       this.#open(n);
@@ -318,7 +329,7 @@ export class Client extends Emitter {
         this.#tokenStale = false;
       } catch (err) {
         if (n !== this.#try || this.state !== "connecting") return;
-        this.emit("error", { code: "token", message: "rally client: getToken: " + String(err?.message ?? err), topic: "" });
+        this[emit]("error", { code: "token", message: "rally client: getToken: " + String(err?.message ?? err), topic: "" });
         this.#lastClose = { code: 0, reason: "getToken failed" };
         this.#retry();
         return;
@@ -332,7 +343,7 @@ export class Client extends Emitter {
     try {
       ws = new this.#WebSocket(url.href);
     } catch (err) {
-      this.emit("error", { code: "url", message: "rally client: " + String(err?.message ?? err), topic: "" });
+      this[emit]("error", { code: "url", message: "rally client: " + String(err?.message ?? err), topic: "" });
       this.close();
       return;
     }
@@ -355,7 +366,7 @@ export class Client extends Emitter {
       this.#attempt = 0;
       this.state = "connected";
       for (const sub of this.#subs.values()) this.#sendSubscribe(sub);
-      this.emit("connected", { attempt });
+      this[emit]("connected", { attempt });
     };
     ws.onmessage = (e) => {
       if (this.#ws !== ws) return;
@@ -374,7 +385,7 @@ export class Client extends Emitter {
       this.#drop();
       if (!opened || (code === 1008 && reason === "token expired")) this.#tokenStale = true;
       this.#lastClose = { code, reason };
-      if (opened) this.emit("disconnected", { code, reason, reconnect: this.state !== "closed" });
+      if (opened) this[emit]("disconnected", { code, reason, reconnect: this.state !== "closed" });
       this.#retry();
     };
   }
@@ -418,7 +429,7 @@ export class Client extends Emitter {
       case "presence": {
         const p = m.id === undefined ? undefined : this.#pending.get(m.id);
         if (!p) {
-          if (m.type === "error") this.emit("error", { code: m.code, message: m.message, topic: m.topic ?? "" });
+          if (m.type === "error") this[emit]("error", { code: m.code, message: m.message, topic: m.topic ?? "" });
           return;
         }
         this.#pending.delete(m.id);
@@ -431,8 +442,8 @@ export class Client extends Emitter {
       case "leave": {
         const sub = this.#subs.get(m.topic);
         if (!sub) return;
-        sub.emit("presence", m);
-        this.emit("presence", m);
+        sub[emit]("presence", m);
+        this[emit]("presence", m);
         return;
       }
     }
@@ -444,8 +455,8 @@ export class Client extends Emitter {
       this.#subs.delete(sub.topic);
       sub.state = "unsubscribed";
       const ev = { code: m.code, message: m.message, topic: sub.topic };
-      sub.emit("error", ev);
-      this.emit("error", ev);
+      sub[emit]("error", ev);
+      this[emit]("error", ev);
       return;
     }
     sub.state = "subscribed";
@@ -466,8 +477,8 @@ export class Client extends Emitter {
     if (pos && !recovered) sub.position = pos;
     const ev = { topic: sub.topic, recovering, recovered, reason, resubscribed, position: sub.position, replayed: m.replayed ?? 0 };
     if (typeof m.client === "string") ev.client = m.client;
-    sub.emit("subscribed", ev);
-    this.emit("subscribed", ev);
+    sub[emit]("subscribed", ev);
+    this[emit]("subscribed", ev);
   }
 
   #message(m) {
@@ -482,8 +493,8 @@ export class Client extends Emitter {
       sub.position = pos;
     }
     const ev = { topic: m.topic, data: m.data, position: pos, encoding: m.encoding ?? "" };
-    sub.emit("message", ev);
-    this.emit("message", ev);
+    sub[emit]("message", ev);
+    this[emit]("message", ev);
   }
 
   // #listenOnline follows the browser's online/offline events while the
@@ -518,7 +529,7 @@ export class Client extends Emitter {
     this.state = "connecting";
     if (ws) ws.close();
     this.#lastClose = { code: 1006, reason: "offline" };
-    if (wasOpen) this.emit("disconnected", { code: 1006, reason: "offline", reconnect: true });
+    if (wasOpen) this[emit]("disconnected", { code: 1006, reason: "offline", reconnect: true });
   };
 
   #cameOnline = () => {
