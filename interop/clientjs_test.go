@@ -252,3 +252,41 @@ func TestJSClientPublishesAndReportsRefusals(t *testing.T) {
 		})
 	}
 }
+
+// close ends the connection with a close handshake on the wire: the
+// client's close frame (1000, masked as a client's must be) and the
+// server's answer; the client reports the close and makes no new attempt.
+func TestJSClientClosesWithACloseHandshake(t *testing.T) {
+	for _, rt := range jsRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			cfg := serverConfig()
+			cfg.Origins = []string{"127.0.0.1:*"} // Chromium's page is on the server, its WebSocket goes through the tap
+			srv := startRallyServe(t, cfg)
+			tap := newWireTap(t, srv.addr)
+			base := "http://" + srv.addr
+			c := startJSClient(t, rt, base, "ws://"+tap.Addr()+"/ws", fastBackoff)
+			c.do("subscribe", map[string]any{"topic": "news"})
+			c.do("connect", nil)
+			c.until("subscribed")
+			c.do("close", map[string]any{"code": 4000, "reason": "bye"})
+			if e := c.expect("disconnected"); e.Code != 4000 || e.Reason != "bye" || e.Reconnect {
+				t.Fatalf("close: %s, want 4000 bye and no reconnect", e)
+			}
+			closeFrame := func(l *wireLog) string {
+				for {
+					f := l.next()
+					if f == "nothing" || strings.HasPrefix(f, "88 ") {
+						return f
+					}
+				}
+			}
+			// 4000 = 0x0fa0, "bye" = 627965.
+			if f := closeFrame(tap.c2s); f != "88 05 0fa0627965" {
+				t.Fatalf("client's close frame: %q, want 88 05 0fa0627965", f)
+			}
+			if f := closeFrame(tap.s2c); !strings.HasPrefix(f, "88 ") {
+				t.Fatalf("server's close frame: %q, want one", f)
+			}
+		})
+	}
+}
