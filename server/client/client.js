@@ -125,7 +125,8 @@ export class Subscription extends Emitter {
  *   delay ms; attempt counts the tries since the last connection (1 after a
  *   drop; 0 for the first connect); code and reason say how the previous
  *   connection or try ended (0 and "" for the first).
- * - "connected" {attempt}: the WebSocket is open; subscribes are on their way.
+ * - "connected" {attempt}: the WebSocket is open (attempt: the try that
+ *   made it, as in its "connecting" event); subscribes are on their way.
  * - "disconnected" {code, reason, reconnect}: an open connection ended (or
  *   the browser went offline, or close was called); reconnect says whether
  *   the client will try again.
