@@ -20,6 +20,23 @@
 /** @typedef {{offset: number, epoch: string}} Position where a message sits in its topic's history */
 
 /**
+ * The events, by name (docs/CLIENT-JS.md has the table).
+ * @typedef {{attempt: number, delay: number, code: number, reason: string}} ConnectingEvent
+ * @typedef {{attempt: number}} ConnectedEvent
+ * @typedef {{code: number, reason: string, reconnect: boolean}} DisconnectedEvent
+ * @typedef {{topic: string, recovering: boolean, recovered: boolean, reason: string, resubscribed: boolean,
+ *   replayed: number, position: Position | null, client?: string}} SubscribedEvent
+ * @typedef {{topic: string, data: any, position: Position | null, encoding: string}} TopicMessage
+ * @typedef {{type: "join" | "leave", topic: string, client: string, user: string}} PresenceChange
+ * @typedef {{code: string, message: string, topic: string}} ClientError
+ * @typedef {{topic: string}} UnsubscribedEvent
+ * @typedef {{subscribed: SubscribedEvent, message: TopicMessage, presence: PresenceChange,
+ *   error: ClientError, unsubscribed: UnsubscribedEvent}} SubscriptionEvents
+ * @typedef {SubscriptionEvents & {connecting: ConnectingEvent, connected: ConnectedEvent,
+ *   disconnected: DisconnectedEvent}} ClientEvents
+ */
+
+/**
  * RallyError is what failed requests reject with and what "error" events
  * carry: code is the protocol's error code (docs/PROTOCOL.md) or one of the
  * client's own: "disconnected" (the connection ended before the answer),
@@ -39,11 +56,20 @@ export class RallyError extends Error {
 // the public API.
 const emit = Symbol("emit");
 
-// Emitter is the small on/off/once event API of Client and Subscription.
+/**
+ * Emitter is the small on/off/once event API of Client and Subscription.
+ * @template {object} E the events: name to event object
+ */
 class Emitter {
   #handlers = new Map();
 
-  /** on calls fn(event) for every event of this type; it returns a function that stops it. */
+  /**
+   * on calls fn(event) for every event of this type; it returns a function that stops it.
+   * @template {keyof E & string} K
+   * @param {K} type
+   * @param {(ev: E[K]) => void} fn
+   * @returns {() => void}
+   */
   on(type, fn) {
     let set = this.#handlers.get(type);
     if (!set) this.#handlers.set(type, (set = new Set()));
@@ -51,12 +77,22 @@ class Emitter {
     return () => this.off(type, fn);
   }
 
-  /** off stops fn from being called for this type. */
+  /**
+   * off stops fn from being called for this type.
+   * @template {keyof E & string} K
+   * @param {K} type
+   * @param {(ev: E[K]) => void} fn
+   */
   off(type, fn) {
     this.#handlers.get(type)?.delete(fn);
   }
 
-  /** once resolves with the next event of this type. */
+  /**
+   * once resolves with the next event of this type.
+   * @template {keyof E & string} K
+   * @param {K} type
+   * @returns {Promise<E[K]>}
+   */
   once(type) {
     return new Promise((resolve) => {
       const stop = this.on(type, (ev) => {
@@ -88,6 +124,7 @@ class Emitter {
  * Subscription is one topic of a Client. Its events: "subscribed",
  * "message", "presence", "error", "unsubscribed" (the same objects as the
  * Client's events of those names, for this topic only).
+ * @extends {Emitter<SubscriptionEvents>}
  */
 export class Subscription extends Emitter {
   #client;
@@ -145,6 +182,7 @@ export class Subscription extends Emitter {
  *   token the callback could not give.
  *
  * Methods are safe to call in any state.
+ * @extends {Emitter<ClientEvents>}
  */
 export class Client extends Emitter {
   #url;
