@@ -328,3 +328,30 @@ func TestSubscriptionsRacingWithConnectionsEndingLeaveNothingBehind(t *testing.T
 		}
 	}
 }
+
+func TestPublishLocalReachesThisHubsSubscribersButFromAndNotTheBroker(t *testing.T) {
+	sp := &spy{}
+	hub := mustHub(t, &pubsub.Options{Broker: sp, PublishToSelf: true})
+	ch := newChat(hub, "room")
+	addr := ch.start(t)
+	p0, c0 := ch.join(t, addr)
+	p1, _ := ch.join(t, addr)
+	r, err := hub.PublishLocal(c0, "room", rally.Text, []byte("joined"))
+	if err != nil || r.Received() != 1 {
+		t.Fatalf("PublishLocal = %+v, %v; want 1 received", r, err)
+	}
+	hub.Publish("room", rally.Text, []byte("end"))
+	expect(t, p1, "the other subscriber", "text:joined", "text:end")
+	expect(t, p0, "from, left out even with PublishToSelf", "text:end")
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	n := 0
+	for _, c := range sp.calls {
+		if strings.HasPrefix(c, "publish ") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("broker calls %q: want the one publish of end", sp.calls)
+	}
+}

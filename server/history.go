@@ -93,7 +93,9 @@ type recovery struct {
 // historyStore keeps the history of topics and delivers each new message
 // of a topic, in offset order, to histHub.deliver.
 type historyStore interface {
-	publish(topic string, data []byte, base64 bool) (position, error)
+	// publish stores a message; from, if not nil, is the publishing
+	// connection, in one of whose callbacks the call runs.
+	publish(from *rally.Conn, topic string, data []byte, base64 bool) (position, error)
 	since(topic string, pos position, limit int) (recovery, error)
 	top(topic string) (position, error)
 	close()
@@ -183,7 +185,9 @@ func (h *histHub) count(topic string) int {
 // saw already is left out; one whose predecessor it never saw means it
 // lost messages between nodes: the subscribers are closed with 4010 (a
 // buffering one when it would go live), to recover them.
-func (h *histHub) deliver(topic string, offset, prev uint64, env []byte) {
+// from, if not nil, is the publisher, in one of whose callbacks deliver
+// runs: the sends join its cork (one write per batch of publishes).
+func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, env []byte) {
 	h.mu.RLock()
 	t := h.topics[topic]
 	h.mu.RUnlock()
@@ -211,6 +215,9 @@ func (h *histHub) deliver(topic string, offset, prev uint64, env []byte) {
 			dropped++
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
+		}
+		if from != nil {
+			c.JoinCork(from)
 		}
 		if st, err := c.Send(rally.Text, env); err != nil || st == rally.Dropped {
 			dropped++
@@ -471,7 +478,7 @@ func (s *Server) startHistory() error {
 // carries the message's position; received and dropped are not counted
 // (deliveries on every node follow from the history).
 func (s *Server) publishHistory(w http.ResponseWriter, topic string, data []byte, base64 bool) {
-	pos, err := s.history.publish(topic, data, base64)
+	pos, err := s.history.publish(nil, topic, data, base64)
 	s.publishes.Add(1)
 	s.m.publishes.WithLabelValues("http").Inc()
 	if err != nil {

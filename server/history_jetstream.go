@@ -6,19 +6,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"time"
 
+	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
-// storeDir is where the embedded NATS server keeps the history: StoreDir,
-// or a directory of the node's name under the system's temporary one.
-func (h *HistoryConfig) storeDir(node string) string {
+// storeDir is where the embedded NATS server listening on addr keeps the
+// history: StoreDir, or a directory named after addr under the system's
+// temporary one (the same after a restart on the same address).
+func (h *HistoryConfig) storeDir(addr string) string {
 	if h.StoreDir != "" {
 		return h.StoreDir
 	}
-	return filepath.Join(os.TempDir(), "rally-jetstream-"+node)
+	name := strings.Map(func(r rune) rune {
+		if r == ':' || r == '/' || r == '[' || r == ']' {
+			return '_'
+		}
+		return r
+	}, addr)
+	return filepath.Join(os.TempDir(), "rally-jetstream-"+name)
 }
 
 // jsHistory is the history of nodes joined by NATS: a JetStream stream
@@ -28,7 +37,7 @@ func (h *HistoryConfig) storeDir(node string) string {
 type jsHistory struct {
 	h       *natsbroker.History
 	timeout time.Duration
-	deliver func(topic string, offset, prev uint64, env []byte)
+	deliver func(from *rally.Conn, topic string, offset, prev uint64, env []byte)
 }
 
 // opTimeout bounds one request to JetStream.
@@ -55,10 +64,10 @@ func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
 
 func (j *jsHistory) handle(r natsbroker.Record) {
 	env := positionedEnvelope(r.Topic, r.Seq, j.h.Epoch(), r.Data, r.Base64)
-	j.deliver(r.Topic, r.Seq, r.Prev, env)
+	j.deliver(nil, r.Topic, r.Seq, r.Prev, env)
 }
 
-func (j *jsHistory) publish(topic string, data []byte, base64 bool) (position, error) {
+func (j *jsHistory) publish(_ *rally.Conn, topic string, data []byte, base64 bool) (position, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
 	defer cancel()
 	seq, err := j.h.Publish(ctx, topic, data, base64)

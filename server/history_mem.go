@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"sync"
 	"time"
+
+	"github.com/rallyws/rally"
 )
 
 // memHistory is the history of a server alone (no NATS): each topic keeps
@@ -16,7 +18,7 @@ type memHistory struct {
 	age     time.Duration
 	metaTTL time.Duration
 	now     func() time.Time
-	deliver func(topic string, offset, prev uint64, env []byte)
+	deliver func(from *rally.Conn, topic string, offset, prev uint64, env []byte)
 	inUse   func(topic string) bool // has subscribers here
 
 	mu     sync.Mutex
@@ -39,7 +41,7 @@ type memRecord struct {
 	env    []byte // the delivery, position included
 }
 
-func newMemHistory(size int, age time.Duration, deliver func(string, uint64, uint64, []byte)) *memHistory {
+func newMemHistory(size int, age time.Duration, deliver func(*rally.Conn, string, uint64, uint64, []byte)) *memHistory {
 	return &memHistory{
 		size: size, age: age, metaTTL: max(24*time.Hour, 2*age),
 		now: time.Now, deliver: deliver, topics: map[string]*memTopic{},
@@ -98,7 +100,7 @@ func (t *memTopic) trimLocked(now time.Time, age time.Duration) {
 // publish gives data the next offset of topic, keeps it and delivers it
 // to the topic's subscribers, all under the topic's lock: deliveries
 // leave in offset order.
-func (h *memHistory) publish(topic string, data []byte, base64 bool) (position, error) {
+func (h *memHistory) publish(from *rally.Conn, topic string, data []byte, base64 bool) (position, error) {
 	t := h.topic(topic)
 	now := h.now()
 	t.mu.Lock()
@@ -113,7 +115,7 @@ func (h *memHistory) publish(topic string, data []byte, base64 bool) (position, 
 		t.recs = t.recs[n:]
 	}
 	t.recs = append(t.recs, memRecord{offset: t.top, at: now, env: env})
-	h.deliver(topic, t.top, t.top-1, env)
+	h.deliver(from, topic, t.top, t.top-1, env)
 	return position{t.top, t.epoch}, nil
 }
 

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rallyws/rally/internal/rawpeer"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
@@ -292,4 +294,66 @@ func TestHistoryWithNATSWithoutJetStreamIsRefusedAtStart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "needs JetStream") {
 		t.Fatalf("New: %v, want an error saying JetStream is needed", err)
 	}
+}
+
+func TestHistorySurvivesARestartOfTheNodeWithItsEmbeddedNATS(t *testing.T) {
+	dir := t.TempDir()
+	cfg := historyConfig()
+	cfg.NATS = NATSConfig{Embedded: "127.0.0.1:0"}
+	cfg.History.StoreDir = dir
+	first := serve(t, cfg)
+	c := dial(t, first.ws+"/ws", nil)
+	ack := c.subscribeAt("h.r", nil)
+	from := position{*ack.Offset, ack.Epoch}
+	c.c.CloseNow()
+	pub := dial(t, first.ws+"/ws", nil)
+	publishN(pub, "h.r", 1, 2)
+	pub.send(`{"type":"publish","topic":"h.r","data":3,"id":1}`)
+	if f := pub.frame(); f.Type != "ack" {
+		t.Fatalf("publish: %+v", f)
+	}
+	first.stop()
+
+	second := serve(t, cfg)
+	back := dial(t, second.ws+"/ws", nil)
+	ack = back.subscribeAt("h.r", &from)
+	if ack.Recovered == nil || !*ack.Recovered || ack.Replayed != 3 {
+		t.Fatalf("after the restart: %+v, want recovered with 3 replayed", ack)
+	}
+	for want := 1; want <= 3; want++ {
+		if _, n := back.message("h.r"); n != want {
+			t.Fatalf("replay: got %d, want %d", n, want)
+		}
+	}
+}
+
+func TestASubscriberThatCannotKeepUpOnAHistoryTopicIsClosedWith4010(t *testing.T) {
+	cfg := historyConfig()
+	// Room for the close handshake behind what is queued.
+	cfg.ShutdownTimeout = 30 * time.Second
+	s := serve(t, cfg)
+	// A raw peer that subscribes and then reads nothing for a while.
+	slow, _, err := rawpeer.DialClient(strings.TrimPrefix(s.http, "http://"), "/ws", nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if err := slow.WriteFrame(rawpeer.Text(`{"type":"subscribe","topic":"h.slow","id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := slow.ReadFrame(); err != nil || !strings.Contains(string(f.Payload), `"ack"`) {
+		t.Fatalf("subscribe: %q, %v", f.Payload, err)
+	}
+	// Publish until a message could not be queued for it (past the 1 MiB
+	// buffer limit).
+	data := []byte(`"` + strings.Repeat("x", 32<<10) + `"`)
+	for metric(t, s.http, `rally_drops_total{reason="buffer_limit"}`) < 1 {
+		for range 32 {
+			if _, err := s.history.publish(nil, "h.slow", data, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// It gets what was queued, then the close: recover, not a hole.
+	slow.ExpectClose(t, closeInsufficientState)
 }

@@ -86,7 +86,7 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 			natsbroker.WithClusterAuth(n.ClusterUser, n.ClusterPassword),
 		}
 		if len(cfg.History.Topics) > 0 {
-			eopts = append(eopts, natsbroker.WithJetStream(cfg.History.storeDir(cfg.Node)))
+			eopts = append(eopts, natsbroker.WithJetStream(cfg.History.storeDir(n.Embedded)))
 		}
 		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster, eopts...)
 		if err != nil {

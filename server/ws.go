@@ -232,7 +232,7 @@ func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if s.historyOf(req.Topic) {
 		// Every subscriber gets it, the publisher included: positions
 		// have no holes.
-		pos, err := s.history.publish(req.Topic, req.Data, false)
+		pos, err := s.history.publish(c, req.Topic, req.Data, false)
 		s.publishes.Add(1)
 		s.m.publishes.WithLabelValues("ws").Inc()
 		if err != nil {

@@ -79,6 +79,7 @@ var serveGroups = []struct {
 		{name: "nats-cluster", env: "RALLY_NATS_CLUSTER", value: "HOST:PORT"},
 		{name: "nats-routes", env: "RALLY_NATS_ROUTES", value: "URL,URL"},
 	}, natsAuthServeFlags...)},
+	{"History, recovery and presence (see docs/SERVE.md)", historyServeFlags},
 	{"Under attack (memory, request heads; see docs/SERVE.md)", protectServeFlags},
 	{"Logs", []serveFlag{
 		{name: "log-format", env: "RALLY_LOG_FORMAT", value: "text|json"},
@@ -169,6 +170,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.StringVar(&cfg.NATS.Cluster, "nats-cluster", "", "where the embedded NATS server listens for routes from other embedded servers")
 	fs.Var(routes, "nats-routes", "cluster addresses of other embedded NATS servers to route to")
 	protectFlags(fs, &cfg.Protection, &cfg.NATS)
+	historyFlags(fs, &cfg.History, &cfg.Presence)
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text or json")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "least level logged: debug, info, warn or error")
 	fs.StringVar(config, "config", "", "read settings from this TOML file (keys are flag names)")
@@ -325,7 +327,7 @@ func configValue(f *flag.Flag, v any) (string, error) {
 		return strconv.FormatFloat(v, 'g', -1, 64), nil
 	case []any:
 		if !isList {
-			return "", errors.New("a list is only for origins and nats-routes")
+			return "", errors.New("a list is only for origins, nats-routes, history and presence")
 		}
 		items := make([]string, len(v))
 		for i, item := range v {

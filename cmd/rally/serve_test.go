@@ -93,7 +93,7 @@ nats-cluster = "127.0.0.1:6222"
 nats-routes = "nats://127.0.0.1:6223,nats://127.0.0.1:6224"
 log-format = "json"
 log-level = "debug"
-`+protectConfigFile)
+`+protectConfigFile+historyConfigFile)
 	var out, errOut bytes.Buffer
 	s, status := parseServe([]string{"--config", file}, &out, &errOut)
 	if status >= 0 {
@@ -129,6 +129,7 @@ log-level = "debug"
 		"log-level":           s.logLevel == slog.LevelDebug,
 	}
 	maps.Copy(checks, protectConfigChecks(s))
+	maps.Copy(checks, historyConfigChecks(s))
 	for _, g := range serveGroups {
 		for _, f := range g.flags {
 			if f.name == "config" {

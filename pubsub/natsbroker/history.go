@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -222,8 +223,12 @@ func (h *History) lastOf(ctx context.Context, topic string) (uint64, error) {
 }
 
 // maxPublishTries bounds the retries of a publish that other nodes'
-// publishes on the same topic keep overtaking.
-const maxPublishTries = 16
+// publishes on the same topic keep overtaking; between tries a node backs
+// off a random while, growing up to maxPublishBackoff.
+const (
+	maxPublishTries   = 64
+	maxPublishBackoff = 5 * time.Millisecond
+)
 
 // Publish stores data as the next message of topic and returns its
 // sequence, once the stream has it. A message larger than NATS carries
@@ -239,6 +244,7 @@ func (h *History) Publish(ctx context.Context, topic string, data []byte, base64
 	if base64 {
 		msg.Header.Set(hdrEncoding, "base64")
 	}
+	backoff := 50 * time.Microsecond
 	for range maxPublishTries {
 		if !t.ok {
 			last, err := h.lastOf(ctx, topic)
@@ -252,6 +258,12 @@ func (h *History) Publish(ctx context.Context, topic string, data []byte, base64
 		if err != nil {
 			if wrongLast(err) {
 				t.ok = false
+				select {
+				case <-time.After(rand.N(backoff)):
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+				backoff = min(2*backoff, maxPublishBackoff)
 				continue
 			}
 			return 0, err
