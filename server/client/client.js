@@ -327,10 +327,16 @@ export class Client extends Emitter {
     if (this.state !== "connected") {
       return Promise.reject(new RallyError("not_connected", "rally client: not connected"));
     }
+    const id = this.#nextID++;
+    let text;
+    try {
+      text = JSON.stringify({ ...req, id });
+    } catch (err) {
+      return Promise.reject(err); // data that is not JSON (a BigInt, a cycle)
+    }
     return new Promise((resolve, reject) => {
-      const id = this.#nextID++;
       this.#pending.set(id, { resolve, reject, topic });
-      this.#send({ ...req, id });
+      this.#ws.send(text);
     });
   }
 
