@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	cdpnetwork "github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -73,6 +74,9 @@ type jsClient struct {
 	name   string
 	send   func(cmd map[string]any)
 	events chan jsEvent
+	// network takes the browser offline or back online, as DevTools does
+	// (navigator.onLine and the window's events); Chromium only.
+	network func(online bool)
 	seen   []string // every event so far, for failure messages
 }
 
@@ -90,7 +94,7 @@ func startJSClient(t *testing.T, runtime, base, url string, options map[string]a
 	case "node-websocket":
 		c.send = startClientNode(t, base, "global", c.deliver)
 	case "chromium":
-		c.send = startClientPage(t, base, c.deliver)
+		c.send, c.network = startClientPage(t, base, c.deliver)
 	default:
 		t.Fatalf("no runtime %q", runtime)
 	}
@@ -245,7 +249,7 @@ func startClientNode(t *testing.T, base, impl string, deliver func([]byte)) func
 // startClientPage opens base/healthz (a page of the server's origin) in
 // headless Chromium, imports base/client.js there as a page would, and
 // loads the harness; events come back as console messages.
-func startClientPage(t *testing.T, base string, deliver func([]byte)) func(map[string]any) {
+func startClientPage(t *testing.T, base string, deliver func([]byte)) (send func(map[string]any), network func(online bool)) {
 	t.Helper()
 	harness, err := os.ReadFile(filepath.Join("node", "client-js-harness.mjs"))
 	if err != nil {
@@ -277,7 +281,7 @@ func startClientPage(t *testing.T, base string, deliver func([]byte)) func(map[s
 	if _, err := chromedp.Run(step, chromedp.Evaluate[bool](load, chromedp.EvalAwaitPromise)); err != nil {
 		t.Fatalf("chromium: loading /client.js: %v", err)
 	}
-	return func(cmd map[string]any) {
+	send = func(cmd map[string]any) {
 		line, err := json.Marshal(cmd)
 		if err != nil {
 			t.Fatal(err)
@@ -288,6 +292,16 @@ func startClientPage(t *testing.T, base string, deliver func([]byte)) func(map[s
 			t.Fatalf("chromium: %s: %v", line, err)
 		}
 	}
+	network = func(online bool) {
+		step, cancel := context.WithTimeout(ctx, clientWait)
+		defer cancel()
+		if _, err := chromedp.Call(step, cdpnetwork.OverrideNetworkState, cdpnetwork.OverrideNetworkStateParams{
+			Offline: !online, DownloadThroughput: -1, UploadThroughput: -1,
+		}); err != nil {
+			t.Fatalf("chromium: taking the network %s: %v", map[bool]string{true: "online", false: "offline"}[online], err)
+		}
+	}
+	return send, network
 }
 
 // rallyServe is one `rally serve` in the test process.

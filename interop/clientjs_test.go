@@ -187,9 +187,10 @@ func TestJSClientRefreshesItsTokenBeforeReconnecting(t *testing.T) {
 }
 
 // In a browser, the client follows the window's offline and online
-// events: offline drops the connection at once and makes no attempt while
-// offline (the next event after online is a first attempt with no delay);
-// online reconnects and resubscribes.
+// events (Chromium fires them when DevTools takes its network state
+// offline and back): offline drops the connection at once and makes no
+// attempt while offline (the next event after online is a first attempt
+// with no delay); online reconnects and resubscribes.
 func TestJSClientInChromiumWaitsForTheBrowserToBeOnline(t *testing.T) {
 	srv := startRallyServe(t, serverConfig())
 	base := "http://" + srv.addr
@@ -199,11 +200,11 @@ func TestJSClientInChromiumWaitsForTheBrowserToBeOnline(t *testing.T) {
 	c.expect("connecting")
 	c.expect("connected")
 	c.expect("subscribed")
-	c.do("offline", nil)
+	c.network(false)
 	if e := c.expect("disconnected"); e.Code != 1006 || e.Reason != "offline" || !e.Reconnect {
 		t.Fatalf("offline: %s, want 1006 offline and a reconnect later", e)
 	}
-	c.do("online", nil)
+	c.network(true)
 	if e := c.expect("connecting"); e.Attempt != 0 || e.Delay != 0 || e.Reason != "offline" {
 		t.Fatalf("online: %s, want a first attempt at once", e)
 	}

@@ -12,7 +12,6 @@
 //   publish {ref, topic, data, self}   -> {ev: "published", ref, ack} or {ev: "published", ref, errcode, message}
 //   presence {ref, topic}              -> {ev: "presence-answer", ref, answer} or {..., errcode, message}
 //   token {token}                 answers the waiting {ev: "getToken"}
-//   offline / online              fires the window event of that name (browsers)
 //
 // Every client event is emitted as {ev: <its name>, ...its fields}, except
 // that an "error" event's code travels as errcode. With options.refresh the
@@ -69,12 +68,6 @@ export function harness(Client, emit, extra = {}) {
       const waiters = tokenWaiters;
       tokenWaiters = [];
       for (const resolve of waiters) resolve(cmd.token);
-    },
-    offline() {
-      globalThis.dispatchEvent(new Event("offline"));
-    },
-    online() {
-      globalThis.dispatchEvent(new Event("online"));
     },
   };
   return (cmd) => {
