@@ -77,7 +77,7 @@ type jsClient struct {
 	// network takes the browser offline or back online, as DevTools does
 	// (navigator.onLine and the window's events); Chromium only.
 	network func(online bool)
-	seen   []string // every event so far, for failure messages
+	seen    []string // every event so far, for failure messages
 }
 
 // jsRuntimes are the places the client is tested in.
