@@ -1,8 +1,12 @@
 package interop_test
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -450,4 +454,77 @@ func TestJSClientRecoversTenThousandMissedMessages(t *testing.T) {
 		got++
 	}
 	t.Logf("node-ws: %d recovered messages delivered %v after the reconnect", total, time.Since(start))
+}
+
+// A client that cannot keep up on a history topic (the proxy holds the
+// server's bytes, so the server's buffer for it overflows) is closed with
+// 4010 "insufficient state" after what was queued; it reconnects and
+// recovers the rest: every message once, in order.
+func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
+	for _, rt := range []string{"node-ws", "chromium"} { // megabytes per run: the two most different runtimes
+		t.Run(rt, func(t *testing.T) {
+			cfg := historyConfig(5000)
+			cfg.BufferLimit = 64 << 10
+			cfg.ShutdownTimeout = 30 * time.Second
+			srv := startRallyServe(t, cfg)
+			proxy := newCutProxy(t, srv.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, c)
+			proxy.Stall()
+			// Twice what the way to the client can hold while stalled: the
+			// server's socket buffer (at most the kernel's tcp_wmem max),
+			// the proxy's, and the server's buffer limit. The padding is
+			// random base64, which permessage-deflate shrinks by a quarter
+			// at most.
+			const size = 16 << 10
+			total := 2 * (kernelMaxWriteBuffer(t) + 2*proxyReadBuffer + 32<<10 + cfg.BufferLimit) / (size * 3 / 4)
+			raw := make([]byte, size*3/4)
+			for n := 1; n <= total; n++ {
+				rand.Read(raw)
+				publishHTTP(t, srv.addr, "news", map[string]any{"n": n, "pad": base64.StdEncoding.EncodeToString(raw)})
+			}
+			proxy.Resume()
+			got, closedWith4010, recovered := 0, false, false
+			for got < total {
+				e := c.next()
+				switch e.Ev {
+				case "message":
+					if n := numbered(t, c, e); n != got+1 {
+						t.Fatalf("message %d after %d: want each once, in order", n, got)
+					}
+					got++
+				case "disconnected":
+					if e.Code != 4010 || e.Reason != "insufficient state" {
+						t.Fatalf("disconnected %s, want 4010 insufficient state", e)
+					}
+					closedWith4010 = true
+				case "subscribed":
+					recovered = e.Recovered
+					if !recovered {
+						t.Fatalf("resubscribe %s, want recovered", e)
+					}
+				}
+			}
+			if !closedWith4010 || !recovered {
+				t.Fatalf("%d messages without a 4010 close and a recovery", total)
+			}
+			t.Logf("%s: %d messages of 16 KiB, closed with 4010 and recovered", rt, total)
+		})
+	}
+}
+
+// kernelMaxWriteBuffer is the most a TCP socket's send buffer grows to on
+// this machine (the last field of net.ipv4.tcp_wmem; 4 MiB if unknown).
+func kernelMaxWriteBuffer(t *testing.T) int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
+	if err != nil {
+		return 4 << 20
+	}
+	f := strings.Fields(string(b))
+	n, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		t.Fatalf("tcp_wmem: %q", b)
+	}
+	return n
 }

@@ -15,13 +15,16 @@ type cutProxy struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
-	mu     sync.Mutex
-	target string
-	cut    bool
-	conns  map[net.Conn]bool
-	dials  int           // connections accepted, refused ones included
-	dialed chan struct{} // a signal per accepted connection
+	mu      sync.Mutex
+	target  string
+	cut     bool
+	conns   map[net.Conn]bool
+	stalled chan struct{} // non-nil while Stall holds server-to-client bytes; closed by Resume
 }
+
+// proxyReadBuffer is the proxy's receive buffer on its connections to the
+// server.
+const proxyReadBuffer = 64 << 10
 
 // newCutProxy starts a proxy in front of target and stops it when t ends.
 func newCutProxy(t testing.TB, target string) *cutProxy {
@@ -29,12 +32,13 @@ func newCutProxy(t testing.TB, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}, dialed: make(chan struct{}, 1024)}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(func() {
 		ln.Close()
 		p.Cut()
+		p.Resume()
 		p.wg.Wait()
 	})
 	return p
@@ -75,13 +79,8 @@ func (p *cutProxy) serve() {
 			return
 		}
 		p.mu.Lock()
-		p.dials++
 		cut, target := p.cut, p.target
 		p.mu.Unlock()
-		select {
-		case p.dialed <- struct{}{}:
-		default:
-		}
 		if cut {
 			client.Close()
 			continue
@@ -91,12 +90,45 @@ func (p *cutProxy) serve() {
 			client.Close()
 			continue
 		}
+		// A small, fixed receive buffer toward the server bounds what a
+		// Stall lets the server write before it has to hold messages.
+		server.(*net.TCPConn).SetReadBuffer(proxyReadBuffer)
 		if !p.track(client, server) {
 			continue
 		}
 		p.wg.Add(2)
-		go p.pipe(client, server)
-		go p.pipe(server, client)
+		go p.pipe(client, server, false)
+		go p.pipe(server, client, true)
+	}
+}
+
+// Stall stops passing the server's bytes to clients, without closing
+// anything: to the server, its clients stop reading. Resume lets them go.
+func (p *cutProxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Resume ends a Stall.
+func (p *cutProxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
+}
+
+// gate waits while the proxy is stalled.
+func (p *cutProxy) gate() {
+	p.mu.Lock()
+	ch := p.stalled
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
 	}
 }
 
@@ -113,11 +145,27 @@ func (p *cutProxy) track(a, b net.Conn) bool {
 	return true
 }
 
-// pipe copies src to dst; when either ends, both are closed (a cut
-// network delivers no half close).
-func (p *cutProxy) pipe(src, dst net.Conn) {
+// pipe copies src to dst (server to client: held while stalled); when
+// either ends, both are closed (a cut network delivers no half close).
+func (p *cutProxy) pipe(src, dst net.Conn, toClient bool) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
+	if toClient {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				p.gate()
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+	} else {
+		io.Copy(dst, src)
+	}
 	src.Close()
 	dst.Close()
 	p.mu.Lock()
