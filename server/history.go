@@ -115,18 +115,21 @@ type histHub struct {
 type histTopic struct {
 	mu   sync.Mutex
 	subs map[*rally.Conn]*histSub
-	last uint64 // offset of the last message delivered
 }
 
 type histSub struct {
 	buffering bool
 	buf       []histMsg
 	overflow  bool
+	// sent is the offset of the last message sent to the subscriber:
+	// a later delivery at or before it is a duplicate (with NATS, the
+	// replay read from JetStream may be ahead of this node's delivery).
+	sent uint64
 }
 
 type histMsg struct {
-	offset uint64
-	env    []byte
+	offset, prev uint64
+	env          []byte
 }
 
 func newHistHub(bufferLimit int) *histHub {
@@ -180,11 +183,13 @@ func (h *histHub) count(topic string) int {
 
 // deliver hands the message at offset of topic, whose predecessor in
 // the topic is at prev, to the topic's subscribers here: sent to the live
-// ones (a live one that cannot take it is closed with 4010: it will
-// recover the message), kept for the buffering ones. A message this node
-// saw already is left out; one whose predecessor it never saw means it
-// lost messages between nodes: the subscribers are closed with 4010 (a
-// buffering one when it would go live), to recover them.
+// ones, kept for the buffering ones. A subscriber that was sent the
+// message already is left out (with NATS, a replay read from JetStream
+// may be ahead of this node's delivery); one that was not sent its
+// predecessor (this node lost messages between nodes), or that cannot
+// take it (its send buffer is full), is closed with 4010: it will
+// recover them.
+//
 // from, if not nil, is the publisher, in one of whose callbacks deliver
 // runs: the sends join its cork (one write per batch of publishes).
 func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, env []byte) {
@@ -196,26 +201,26 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 	}
 	n, dropped := 0, 0
 	t.mu.Lock()
-	if offset <= t.last {
-		t.mu.Unlock()
-		return
-	}
-	gap := t.last != 0 && prev > t.last
-	t.last = offset
 	for c, s := range t.subs {
 		if s.buffering {
-			if gap || len(s.buf) >= h.bufferLimit {
+			switch {
+			case len(s.buf) > 0 && offset <= s.buf[len(s.buf)-1].offset:
+			case len(s.buf) >= h.bufferLimit:
 				s.overflow = true
-				continue
+			default:
+				s.buf = append(s.buf, histMsg{offset, prev, env})
 			}
-			s.buf = append(s.buf, histMsg{offset, env})
 			continue
 		}
-		if gap {
+		if offset <= s.sent {
+			continue
+		}
+		if s.sent != 0 && prev > s.sent {
 			dropped++
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
 		}
+		s.sent = offset
 		if from != nil {
 			c.JoinCork(from)
 		}
@@ -274,13 +279,18 @@ func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64
 		if m.offset <= after {
 			continue // in the replay already
 		}
+		if after != 0 && m.prev > after {
+			// Its predecessor was neither replayed nor delivered here.
+			c.Close(closeInsufficientState, "insufficient state")
+			return false
+		}
 		if st, err := c.Send(rally.Text, m.env); err != nil || st == rally.Dropped {
 			c.Close(closeInsufficientState, "insufficient state")
 			return false
 		}
 		after = m.offset
 	}
-	s.buf, s.buffering = nil, false
+	s.buf, s.buffering, s.sent = nil, false, after
 	return true
 }
 

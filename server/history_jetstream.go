@@ -43,23 +43,40 @@ type jsHistory struct {
 // opTimeout bounds one request to JetStream.
 const opTimeout = 10 * time.Second
 
+// jetStreamWait bounds how long a node waits at start for JetStream when
+// its embedded server routes to others: their JetStream cluster elects a
+// leader only once enough of them are up.
+const jetStreamWait = 2 * time.Minute
+
 func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
 	j := &jsHistory{timeout: opTimeout, deliver: s.histHub.deliver}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	h, err := b.OpenHistory(ctx, natsbroker.HistoryOptions{
+	opts := natsbroker.HistoryOptions{
 		Stream:      s.cfg.History.Stream,
 		MaxPerTopic: int64(s.cfg.History.Size),
 		MaxAge:      s.cfg.History.Age,
-	}, j.handle, func(err error) { s.log.Warn("history", "err", err) })
-	if err != nil {
-		if errors.Is(err, natsbroker.ErrNoJetStream) {
-			return nil, fmt.Errorf("rally serve: --history with NATS needs JetStream on the NATS server (nats-server -js, or a jetstream {} block in its configuration): %w", err)
-		}
-		return nil, fmt.Errorf("rally serve: history: %w", err)
 	}
-	j.h = h
-	return j, nil
+	deadline := time.Now().Add(opTimeout)
+	clustered := s.cfg.NATS.Embedded != "" && len(s.cfg.NATS.Routes) > 0
+	if clustered {
+		deadline = time.Now().Add(jetStreamWait)
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), min(opTimeout, time.Until(deadline)))
+		h, err := b.OpenHistory(ctx, opts, j.handle, func(err error) { s.log.Warn("history", "err", err) })
+		cancel()
+		if err == nil {
+			j.h = h
+			return j, nil
+		}
+		if !clustered || time.Until(deadline) < time.Second {
+			if errors.Is(err, natsbroker.ErrNoJetStream) {
+				return nil, fmt.Errorf("rally serve: --history with NATS needs JetStream on the NATS server (nats-server -js, or a jetstream {} block in its configuration): %w", err)
+			}
+			return nil, fmt.Errorf("rally serve: history: %w", err)
+		}
+		s.log.Info("history: waiting for the embedded NATS servers' JetStream cluster (start the other nodes)", "err", err)
+		time.Sleep(time.Second)
+	}
 }
 
 func (j *jsHistory) handle(r natsbroker.Record) {

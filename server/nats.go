@@ -86,7 +86,7 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 			natsbroker.WithClusterAuth(n.ClusterUser, n.ClusterPassword),
 		}
 		if len(cfg.History.Topics) > 0 {
-			eopts = append(eopts, natsbroker.WithJetStream(cfg.History.storeDir(n.Embedded)))
+			eopts = append(eopts, natsbroker.WithJetStream(cfg.History.storeDir(n.Embedded), "rally-"+cfg.Node))
 		}
 		e, err := natsbroker.StartEmbedded(n.Embedded, n.Routes, n.Cluster, eopts...)
 		if err != nil {

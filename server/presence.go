@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +65,11 @@ type presence struct {
 	done    chan struct{}
 	stopped chan struct{}
 
+	// sendMu orders this node's announcements with the changes they
+	// tell: a round of announcements shows the membership of one moment,
+	// and the joins and leaves go out in the order they happened.
+	sendMu sync.Mutex
+
 	mu     sync.Mutex
 	local  map[string]map[string]member // topic → client → member
 	remote map[string]*remoteNode       // node → what it announced
@@ -71,11 +77,20 @@ type presence struct {
 	muted  bool // tests: a node that stopped announcing (as if dead)
 }
 
+// remoteNode is what another node announced: its members by topic, and
+// those of the round of announcements under way (which replace them at
+// the round's end).
 type remoteNode struct {
-	seen   time.Time
-	topics map[string]map[string]member
-	round  map[string]uint64 // the announcement round each topic was last in
+	seen    time.Time
+	topics  map[string]map[string]member
+	pending map[string]map[string]member
+	round   uint64 // of pending
+	parts   int    // state announcements of the round received
 }
+
+// maxStateMembers bounds the members of one state announcement (a
+// topic's members go in several when there are more).
+const maxStateMembers = 500
 
 // announcement is a presence message between nodes.
 type announcement struct {
@@ -85,6 +100,7 @@ type announcement struct {
 	member
 	Members []member `json:"members,omitempty"`
 	Round   uint64   `json:"round,omitempty"`
+	Parts   int      `json:"parts,omitempty"` // of a beat: the state announcements of its round
 }
 
 func (s *Server) presenceOf(topic string) bool {
@@ -163,31 +179,28 @@ func (p *presence) announce(a announcement) {
 	}
 }
 
-// beat sends this node's whole membership, a topic at a time, then the
-// end of the round.
+// beat sends this node's whole membership, a topic at a time (in parts
+// of at most maxStateMembers), then the end of the round.
 func (p *presence) beat() {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
 	p.mu.Lock()
 	p.round++
 	round := p.round
-	states := make([]announcement, 0, len(p.local))
+	var states []announcement
 	for topic, ms := range p.local {
-		states = append(states, announcement{Event: "state", Topic: topic, Members: slices.Collect(mapValues(ms)), Round: round})
+		all := slices.Collect(maps.Values(ms))
+		for len(all) > 0 {
+			n := min(len(all), maxStateMembers)
+			states = append(states, announcement{Event: "state", Topic: topic, Members: all[:n], Round: round})
+			all = all[n:]
+		}
 	}
 	p.mu.Unlock()
 	for _, a := range states {
 		p.announce(a)
 	}
-	p.announce(announcement{Event: "beat", Round: round})
-}
-
-func mapValues(m map[string]member) func(func(member) bool) {
-	return func(yield func(member) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
+	p.announce(announcement{Event: "beat", Round: round, Parts: len(states)})
 }
 
 // expire drops the nodes not heard of for ttl, and their members.
@@ -243,7 +256,7 @@ func (p *presence) receive(msg *nats.Msg) {
 	}
 	n := p.remote[a.Node]
 	if n == nil {
-		n = &remoteNode{topics: map[string]map[string]member{}, round: map[string]uint64{}}
+		n = &remoteNode{topics: map[string]map[string]member{}}
 		p.remote[a.Node] = n
 	}
 	n.seen = time.Now()
@@ -257,91 +270,113 @@ func (p *presence) receive(msg *nats.Msg) {
 		if validTopic(a.Topic) != nil {
 			break
 		}
-		ms := n.topics[a.Topic]
-		if ms == nil {
-			ms = map[string]member{}
-			n.topics[a.Topic] = ms
-		}
-		if _, ok := ms[a.Client]; !ok {
-			ms[a.Client] = a.member
+		if addMember(n.topics, a.Topic, a.member) {
 			evs = append(evs, event{topic: a.Topic, m: a.member})
+		}
+		if n.pending != nil {
+			addMember(n.pending, a.Topic, a.member)
 		}
 	case "leave":
 		if m, ok := n.topics[a.Topic][a.Client]; ok {
-			delete(n.topics[a.Topic], a.Client)
-			if len(n.topics[a.Topic]) == 0 {
-				delete(n.topics, a.Topic)
-			}
+			removeMember(n.topics, a.Topic, a.Client)
 			evs = append(evs, event{leave: true, topic: a.Topic, m: m})
+		}
+		if n.pending != nil {
+			removeMember(n.pending, a.Topic, a.Client)
 		}
 	case "state":
 		if validTopic(a.Topic) != nil {
 			break
 		}
-		old := n.topics[a.Topic]
-		now := map[string]member{}
+		if n.pending == nil || n.round != a.Round {
+			n.pending, n.round, n.parts = map[string]map[string]member{}, a.Round, 0
+		}
+		n.parts++
 		for _, m := range a.Members {
-			now[m.Client] = m
-			if _, ok := old[m.Client]; !ok {
-				evs = append(evs, event{topic: a.Topic, m: m})
-			}
+			addMember(n.pending, a.Topic, m)
 		}
-		for c, m := range old {
-			if _, ok := now[c]; !ok {
-				evs = append(evs, event{leave: true, topic: a.Topic, m: m})
-			}
-		}
-		n.topics[a.Topic] = now
-		n.round[a.Topic] = a.Round
 	case "beat":
-		// Topics the node did not mention this round have no members
-		// there any more.
-		for topic, ms := range n.topics {
-			if n.round[topic] == a.Round {
-				continue
-			}
-			for _, m := range ms {
-				evs = append(evs, event{leave: true, topic: topic, m: m})
-			}
-			delete(n.topics, topic)
-			delete(n.round, topic)
+		// The round's announcements are the node's membership now: what
+		// they leave out has left, what they add has joined (lost events
+		// repaired).
+		now, got := n.pending, n.parts
+		if now == nil || n.round != a.Round {
+			now, got = map[string]map[string]member{}, 0
 		}
+		if got != a.Parts {
+			// Some of the round was lost: keep what we have until the next.
+			n.pending = nil
+			break
+		}
+		for topic, ms := range n.topics {
+			for c, m := range ms {
+				if _, ok := now[topic][c]; !ok {
+					evs = append(evs, event{leave: true, topic: topic, m: m})
+				}
+			}
+		}
+		for topic, ms := range now {
+			for c, m := range ms {
+				if _, ok := n.topics[topic][c]; !ok {
+					evs = append(evs, event{topic: topic, m: m})
+				}
+			}
+		}
+		n.topics, n.pending = now, nil
 	}
 	p.mu.Unlock()
 	p.emit(evs)
+}
+
+// addMember adds m to topic in ms and reports whether it is new there.
+func addMember(ms map[string]map[string]member, topic string, m member) bool {
+	t := ms[topic]
+	if t == nil {
+		t = map[string]member{}
+		ms[topic] = t
+	}
+	if _, ok := t[m.Client]; ok {
+		return false
+	}
+	t[m.Client] = m
+	return true
+}
+
+func removeMember(ms map[string]map[string]member, topic, client string) {
+	delete(ms[topic], client)
+	if len(ms[topic]) == 0 {
+		delete(ms, topic)
+	}
 }
 
 // join makes c, as client id of user, a member of topic here and tells
 // everyone.
 func (p *presence) join(c *rally.Conn, topic, client, user string) {
 	m := member{client, user}
+	p.sendMu.Lock()
 	p.mu.Lock()
-	ms := p.local[topic]
-	if ms == nil {
-		ms = map[string]member{}
-		p.local[topic] = ms
-	}
-	ms[client] = m
+	addMember(p.local, topic, m)
 	p.mu.Unlock()
-	p.emit([]event{{topic: topic, m: m, from: c}})
 	p.announce(announcement{Event: "join", Topic: topic, member: m})
+	p.sendMu.Unlock()
+	p.emit([]event{{topic: topic, m: m, from: c}})
 }
 
 func (p *presence) leave(topic, client string) {
+	p.sendMu.Lock()
 	p.mu.Lock()
 	m, ok := p.local[topic][client]
 	if ok {
-		delete(p.local[topic], client)
-		if len(p.local[topic]) == 0 {
-			delete(p.local, topic)
-		}
+		removeMember(p.local, topic, client)
 	}
 	p.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		p.announce(announcement{Event: "leave", Topic: topic, member: m})
 	}
-	p.emit([]event{{leave: true, topic: topic, m: m}})
-	p.announce(announcement{Event: "leave", Topic: topic, member: m})
+	p.sendMu.Unlock()
+	if ok {
+		p.emit([]event{{leave: true, topic: topic, m: m}})
+	}
 }
 
 // members returns the members of topic on every node, ordered by client.
@@ -393,13 +428,18 @@ func (s *Server) presenceAnswer(ss *wsSession, req *request) []byte {
 	if ms == nil {
 		ms = []member{}
 	}
+	users := map[string]bool{}
+	for _, m := range ms {
+		users[m.User] = true
+	}
 	b, _ := json.Marshal(struct {
 		Type    string          `json:"type"`
 		ID      json.RawMessage `json:"id,omitempty"`
 		Topic   string          `json:"topic"`
 		Count   int             `json:"count"`
+		Users   int             `json:"users"`
 		Members []member        `json:"members"`
-	}{"presence", req.ID, req.Topic, len(ms), ms})
+	}{"presence", req.ID, req.Topic, len(ms), len(users), ms})
 	return b
 }
 

@@ -76,9 +76,20 @@ func TestPresenceOnOneNode(t *testing.T) {
 	bob := dial(t, userURL(t, s, "bob"), nil)
 	b := bob.join("p.room")
 	alice.event("join", "p.room", b, "bob")
-	if f := bob.presenceOf("p.room"); !hasMembers(f, map[string]string{a: "alice", b: "bob"}) {
-		t.Fatalf("members: %+v", f.Members)
+	if f := bob.presenceOf("p.room"); !hasMembers(f, map[string]string{a: "alice", b: "bob"}) || f.Users != 2 {
+		t.Fatalf("members: %+v", f)
 	}
+	// A second connection of alice's: three members, two users.
+	alice2 := dial(t, userURL(t, s, "alice"), nil)
+	a2 := alice2.join("p.room")
+	alice.event("join", "p.room", a2, "alice")
+	bob.event("join", "p.room", a2, "alice")
+	if f := alice.presenceOf("p.room"); f.Count != 3 || f.Users != 2 {
+		t.Fatalf("with two connections of alice: %+v", f)
+	}
+	alice2.c.CloseNow()
+	alice.event("leave", "p.room", a2, "alice")
+	bob.event("leave", "p.room", a2, "alice")
 	bob.send(`{"type":"unsubscribe","topic":"p.room"}`)
 	alice.event("leave", "p.room", b, "bob")
 	bob.send(`{"type":"presence","topic":"plain","id":1}`)

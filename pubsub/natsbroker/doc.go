@@ -4,10 +4,12 @@
 // NATS of their own to point at.
 //
 // It is for fan-out across rally nodes: at most once, in the order each
-// node published, while NATS is reachable. It is not a durable queue (no
-// JetStream, no replay after an outage), not a general NATS client, and
-// not a way to speak to arbitrary NATS subjects: it reads and writes only
-// the subjects under its prefix, in its own format.
+// node published, while NATS is reachable. It is not a durable queue, not
+// a general NATS client, and not a way to speak to arbitrary NATS
+// subjects: it reads and writes only the subjects under its prefix, in its
+// own format. For topics that need more, a History (Broker.OpenHistory)
+// keeps their last messages in a JetStream stream, under PREFIX.h, so that
+// a client that missed some can be given exactly those.
 //
 // # Subjects
 //

@@ -52,6 +52,10 @@ func StartEmbedded(addr string, routes []string, clusterAddr string, options ...
 	opts.Username, opts.Password, opts.Authorization = ec.user, ec.password, ec.token
 	if ec.storeDir != "" {
 		opts.JetStream, opts.StoreDir = true, ec.storeDir
+		opts.ServerName = ec.serverName
+		if opts.ServerName == "" {
+			opts.ServerName = "rally-" + addr
+		}
 	}
 	if clusterAddr != "" {
 		chost, cport, err := splitAddr(clusterAddr)
@@ -149,14 +153,16 @@ type EmbeddedOption func(*embeddedConfig)
 type embeddedConfig struct {
 	user, password, token    string
 	routeUser, routePassword string
-	storeDir                 string
+	storeDir, serverName     string
 }
 
 // WithJetStream turns JetStream on in the embedded server, keeping its
 // data (streams such as a History's) in dir, which it creates if need
-// be. Embedded servers joined by routes form one JetStream cluster.
-func WithJetStream(dir string) EmbeddedOption {
-	return func(c *embeddedConfig) { c.storeDir = dir }
+// be. Embedded servers joined by routes form one JetStream cluster, in
+// which each needs its own name (name; "" means one made of the
+// server's client address).
+func WithJetStream(dir, name string) EmbeddedOption {
+	return func(c *embeddedConfig) { c.storeDir, c.serverName = dir, name }
 }
 
 // WithClientAuth makes the embedded server demand of every client (this

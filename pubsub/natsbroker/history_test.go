@@ -31,7 +31,7 @@ func historyOn(t *testing.T, url string, opts HistoryOptions) (*History, chan Re
 
 func jetStreamServer(t *testing.T) *Embedded {
 	t.Helper()
-	e, err := StartEmbedded("127.0.0.1:0", nil, "", WithJetStream(t.TempDir()))
+	e, err := StartEmbedded("127.0.0.1:0", nil, "", WithJetStream(t.TempDir(), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
