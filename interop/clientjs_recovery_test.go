@@ -254,7 +254,7 @@ func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
 // the resubscribe recovers every missed message, exactly once and in
 // order, and live ones follow.
 func TestJSClientRecoversOnAnotherNodeAfterItsServerDies(t *testing.T) {
-	nats, err := natsbroker.StartEmbedded("127.0.0.1:0", nil, "", natsbroker.WithJetStream(t.TempDir()))
+	nats, err := natsbroker.StartEmbedded("127.0.0.1:0", nil, "", natsbroker.WithJetStream(t.TempDir(), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
