@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"time"
@@ -123,3 +125,53 @@ func (j *jsHistory) since(topic string, pos position, limit int) (recovery, erro
 }
 
 func (j *jsHistory) close() { j.h.Close() }
+
+// histPub is a publish on a history topic waiting to be stored.
+type histPub struct {
+	topic    string
+	data, id []byte
+}
+
+// maxQueuedHistoryPublishes bounds the publishes of one connection
+// waiting for JetStream; more are refused with "limit".
+const maxQueuedHistoryPublishes = 1024
+
+// queueHistoryPublish hands a publish on a history topic to the
+// connection's history publisher, which stores it in JetStream (a round
+// trip) off the connection's callback, in the order published, and
+// answers it.
+func (s *Server) queueHistoryPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
+	if ss.histOut == nil {
+		ss.histOut = make(chan histPub, maxQueuedHistoryPublishes)
+		go s.historyPublisher(c, ss.histOut)
+	}
+	// req's bytes belong to the message being read: copy them.
+	p := histPub{topic: req.Topic, data: bytes.Clone(req.Data), id: bytes.Clone(req.ID)}
+	select {
+	case ss.histOut <- p:
+		return nil
+	default:
+		s.m.refusals.WithLabelValues("history_queue").Inc()
+		return errorFrame(req.ID, codeLimit, "not published: "+strconv.Itoa(maxQueuedHistoryPublishes)+" publishes of this connection are waiting for the history already")
+	}
+}
+
+// historyPublisher stores the publishes of c on history topics, one
+// after the other, until c ends.
+func (s *Server) historyPublisher(c *rally.Conn, in <-chan histPub) {
+	for {
+		select {
+		case <-c.Done():
+			return
+		case p := <-in:
+			pos, err := s.history.publish(nil, p.topic, p.data, false)
+			s.publishes.Add(1)
+			s.m.publishes.WithLabelValues("ws").Inc()
+			if err != nil {
+				s.reply(c, s.historyError(p.id, err))
+				continue
+			}
+			s.reply(c, publishAck(p.id, pos))
+		}
+	}
+}

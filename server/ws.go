@@ -26,6 +26,10 @@ type wsSession struct {
 	// member of.
 	client string
 	pres   map[string]bool
+	// histOut queues this connection's publishes on history topics for
+	// the goroutine that stores them in JetStream, in order (nil until
+	// the first; with the memory history they are stored at once).
+	histOut chan histPub
 }
 
 // request is one message from a /ws client.
@@ -230,6 +234,9 @@ func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
 		return errorFrame(req.ID, codeBadRequest, `publish needs "data"`)
 	}
 	if s.historyOf(req.Topic) {
+		if _, remote := s.history.(*jsHistory); remote {
+			return s.queueHistoryPublish(c, ss, req)
+		}
 		// Every subscriber gets it, the publisher included: positions
 		// have no holes.
 		pos, err := s.history.publish(c, req.Topic, req.Data, false)
