@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -23,8 +24,22 @@ type cutProxy struct {
 }
 
 // proxyReadBuffer is the proxy's receive buffer on its connections to the
-// server.
+// server: small and fixed, it bounds what a Stall lets the server write
+// before the server has to hold messages.
 const proxyReadBuffer = 64 << 10
+
+// proxyDialer sets that buffer before connecting: shrinking it once a
+// larger window has been advertised makes the kernel prune and the server
+// retransmit with backoff.
+var proxyDialer = net.Dialer{Control: func(network, address string, c syscall.RawConn) error {
+	var err error
+	if cerr := c.Control(func(fd uintptr) {
+		err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, proxyReadBuffer)
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}}
 
 // newCutProxy starts a proxy in front of target and stops it when t ends.
 func newCutProxy(t testing.TB, target string) *cutProxy {
@@ -85,14 +100,11 @@ func (p *cutProxy) serve() {
 			client.Close()
 			continue
 		}
-		server, err := net.Dial("tcp", target)
+		server, err := proxyDialer.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue
 		}
-		// A small, fixed receive buffer toward the server bounds what a
-		// Stall lets the server write before it has to hold messages.
-		server.(*net.TCPConn).SetReadBuffer(proxyReadBuffer)
 		if !p.track(client, server) {
 			continue
 		}
