@@ -336,6 +336,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	s.mux.HandleFunc("GET /stats", s.stats)
+	s.mux.Handle("GET /client.js", clientModule())
 	s.mux.Handle("GET /{$}", demoPage())
 	if err := s.protect(); err != nil {
 		s.shutdownNodes()
