@@ -62,7 +62,7 @@ func startNpmWsServer(t *testing.T, env ...string) string {
 // any other answer may take; it ends at the failure, so only peers that
 // never fail fast pay it.
 func quick() *Options {
-	return &Options{Scale: 1.0 / 64, Timeout: 2 * time.Second, CloseTimeout: 2 * time.Second, FailFastWait: 2 * time.Second}
+	return &Options{Scale: 1.0 / 64, Timeout: 5 * time.Second, CloseTimeout: 2 * time.Second, FailFastWait: 2 * time.Second}
 }
 
 func logReport(t *testing.T, rep *Report) {
