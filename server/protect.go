@@ -22,8 +22,10 @@ import (
 type Protection struct {
 	// MemoryLimit is the server's memory budget in bytes (see
 	// rally.MemoryBudget): past 80% of it, measured as the larger of what
-	// clients hold and what the Go runtime holds, new WebSocket
-	// handshakes get 503; past 90%, the largest slow send queues are shed.
+	// clients hold and what the Go runtime holds, the largest slow send
+	// queues and messages being gathered are shed; past 90%, new WebSocket
+	// handshakes get 503. Messages being gathered may hold half of it, and
+	// must keep arriving (see rally.MemoryBudgetOptions).
 	// 0 means DefaultMemoryLimit(); negative means no limit (memory is
 	// still accounted and shown in /metrics). Ignored when MemoryBudget is
 	// set.
@@ -209,7 +211,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 			lastGC, lastFree, peakConns = time.Now(), time.Now(), conns
 			s.budget.Observe(held())
 		}
-		pressed := !s.budget.AdmitsNew() && s.budget.Used() < s.budget.Limit()/10*8
+		pressed := s.budget.Pressure() >= rally.PressureElevated && s.budget.Used() < s.budget.Limit()/10*8
 		if pressed && time.Since(lastGC) >= gcInterval {
 			runtime.GC()
 			lastGC = time.Now()
@@ -265,8 +267,8 @@ var (
 	budgetPeak     = prometheus.NewDesc("rally_memory_budget_peak_bytes", "The most bytes charged at once, by category.", []string{"category"}, nil)
 	budgetRefused  = prometheus.NewDesc("rally_memory_budget_refusals_total", "Charges the memory budget refused, by category.", []string{"category"}, nil)
 	budgetLimit    = prometheus.NewDesc("rally_memory_limit_bytes", "The memory budget's limit (--memory-limit; 0: none).", nil, nil)
-	budgetPressure = prometheus.NewDesc("rally_memory_pressure", "The memory budget's pressure: 0 normal, 1 elevated (new handshakes get 503), 2 high (slow queues shed), 3 critical.", nil, nil)
-	budgetShed     = prometheus.NewDesc("rally_memory_shed_queues_total", "Send queues shed to make room in the memory budget.", nil, nil)
+	budgetPressure = prometheus.NewDesc("rally_memory_pressure", "The memory budget's pressure: 0 normal, 1 elevated (the largest slow queues and held messages shed), 2 high (new handshakes get 503 as well), 3 critical.", nil, nil)
+	budgetShed     = prometheus.NewDesc("rally_memory_shed_queues_total", "Send queues and messages being gathered shed to make room in the memory budget.", nil, nil)
 )
 
 func (c budgetCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -12,7 +12,7 @@ import (
 // Until connections charge their send queues to the memory budget (and
 // the budget sheds the largest itself), the server does it from the
 // outside: it keeps its open connections, and once the memory held passes
-// 80% of the limit (where new handshakes get 503) closes those with the
+// 80% of the limit (new handshakes get 503 from 90%) closes those with the
 // most waiting to be sent, largest first, until their queues make up what
 // is over 70%: slow readers give way before new clients are refused for
 // long.
