@@ -56,7 +56,7 @@ const (
 	// Relieve); new connections are still admitted.
 	PressureElevated
 	// PressureHigh: 90% or more. New connections are refused (a server
-	// answers 503).
+	// answers 503) when what is charged is this high (see AdmitsNew).
 	PressureHigh
 	// PressureCritical: 95% or more: as PressureHigh, nearer the limit.
 	PressureCritical
@@ -203,8 +203,10 @@ func (b *MemoryBudget) Used() int64 { return b.total.Load() }
 // measure (for example the Go runtime's heap and stacks, read every few
 // hundred milliseconds). Pressure then takes the higher of this and what
 // is charged, so that memory the budget does not account (the program's
-// own, fragmentation) still counts toward refusing new work. Charges are
-// not refused because of it: they are checked against what is charged.
+// own, garbage not yet collected) still counts toward refusing new work;
+// and what connections hold (every category but MemoryHandshakes) stops
+// growing once it passes 85% of the limit, as the charges themselves do.
+// Request heads are checked against what is charged only.
 func (b *MemoryBudget) Observe(bytes int64) { b.observed.Store(bytes) }
 
 // Pressure returns the budget's pressure level now.
@@ -227,9 +229,19 @@ func (b *MemoryBudget) Pressure() Pressure {
 }
 
 // AdmitsNew reports whether a new connection or handshake should be
-// accepted: the pressure is below PressureHigh. A server that answers
-// false refuses with 503 and counts it.
-func (b *MemoryBudget) AdmitsNew() bool { return b.Pressure() < PressureHigh }
+// accepted: what is charged is below 90% of the limit (PressureHigh), and
+// what was observed (see Observe) below the limit itself. Observed memory
+// includes garbage not yet collected and is what sheds the largest
+// queues first, from 80%; new clients are refused only when the
+// accounted memory or the process itself is at the end of the budget. A
+// server that answers false refuses with 503 and counts it.
+func (b *MemoryBudget) AdmitsNew() bool {
+	limit := b.limit.Load()
+	if limit <= 0 {
+		return true
+	}
+	return b.total.Load() < percentOf(limit, 90) && b.observed.Load() < limit
+}
 
 // Reserve charges n bytes to cat if they fit, and reports whether they
 // did. Request heads (MemoryHandshakes) fit up to the limit; the other
@@ -316,6 +328,11 @@ func (b *MemoryBudget) charge(cat MemoryCategory, n int64) bool {
 	ceiling := limit
 	if cat != MemoryHandshakes {
 		ceiling = percentOf(limit, clientPercent)
+		if b.observed.Load() > ceiling {
+			// What the process holds is past what connections may take
+			// (the charges' own memory, and what they do not count).
+			return b.refuse(cat)
+		}
 	}
 	if gathering(cat) {
 		share := percentOf(limit, b.opts.AssemblyShare)
@@ -381,6 +398,11 @@ func (b *MemoryBudget) forceCharge(cat MemoryCategory, n int64) bool {
 	}
 	b.grow(cat, n)
 	limit := b.limit.Load()
+	if cat == MemorySendQueues && limit > 0 && t > percentOf(limit, clientPercent) {
+		// A queue's buffer grew past what connections may hold (its
+		// capacity doubles): the largest give way at once.
+		b.shedLargest(maxShedPerCall)
+	}
 	return limit <= 0 || t <= limit
 }
 

@@ -154,23 +154,24 @@ func TestHeldMessagesTakeOnlyTheirShareAndTheLargestAreShedWith1013(t *testing.T
 	}
 }
 
-// A server whose memory budget is under pressure (90% or more) refuses
-// new connections with 503 and Retry-After; below it, it serves them.
+// A server whose memory budget is exhausted (what is charged at 90%, or
+// the whole limit observed) refuses new connections with 503 and
+// Retry-After; before that, while it sheds, it serves them.
 func TestAcceptRefusesNewConnectionsWith503UnderMemoryPressure(t *testing.T) {
 	budget := rally.NewMemoryBudget(1 << 20)
 	s := echoServer()
 	s.Options = &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}
 	addr := serve(t, s)
-	budget.Observe(950 << 10)
+	budget.Observe(1 << 20) // the whole budget held
 	_, resp, err := rally.Dial(ctxT(t), "ws://"+addr, nil)
 	var he *rally.HandshakeError
 	if !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("a handshake at 93%% of the budget: %v, want 503 with Retry-After", err)
+		t.Fatalf("a handshake with the whole budget held: %v, want 503 with Retry-After", err)
 	}
-	budget.Observe(850 << 10) // elevated: shedding, still admitting
+	budget.Observe(950 << 10) // shedding, still admitting
 	c, _, err := rally.Dial(ctxT(t), "ws://"+addr, nil)
 	if err != nil {
-		t.Fatalf("a handshake at 83%% of the budget: %v, want it served", err)
+		t.Fatalf("a handshake at 93%% of the budget observed: %v, want it served", err)
 	}
 	c.CloseNow()
 }

@@ -147,18 +147,29 @@ func TestMemoryBudgetPressureLevels(t *testing.T) {
 	}
 }
 
-func TestMemoryBudgetPressureCountsObservedMemoryButChargesDoNot(t *testing.T) {
+func TestMemoryBudgetPressureCountsObservedMemoryAndSoDoConnectionsCharges(t *testing.T) {
 	b := NewMemoryBudget(1000)
 	b.Observe(960)
-	if b.Pressure() != PressureCritical || b.AdmitsNew() {
-		t.Errorf("observed 960 of 1000: pressure %v, admits new %v", b.Pressure(), b.AdmitsNew())
+	if b.Pressure() != PressureCritical || !b.AdmitsNew() {
+		t.Errorf("observed 960 of 1000: pressure %v, admits new %v; want critical, still admitting", b.Pressure(), b.AdmitsNew())
 	}
-	if !b.Reserve(MemorySendQueues, 500) {
-		t.Error("a charge that fits was refused because of observed memory")
+	if b.Reserve(MemorySendQueues, 10) || b.Reserve(MemoryAssembly, 10) {
+		t.Error("a connection's charge succeeded with 96% of the limit observed")
+	}
+	if !b.Reserve(MemoryHandshakes, 500) {
+		t.Error("a request head was refused because of observed memory")
+	}
+	b.Observe(850)
+	if !b.Reserve(MemorySendQueues, 10) {
+		t.Error("a connection's charge was refused with 85% observed")
+	}
+	b.Observe(1000)
+	if b.AdmitsNew() {
+		t.Error("new connections admitted with the whole limit observed")
 	}
 	b.Observe(0)
 	if b.Pressure() != PressureNormal {
-		t.Errorf("pressure after observing 0 with 500 charged = %v", b.Pressure())
+		t.Errorf("pressure after observing 0 with 510 charged = %v", b.Pressure())
 	}
 }
 

@@ -152,7 +152,7 @@ func TestUpgradeChargesHeadsInProgressAndCutsTheOldestPastTheBound(t *testing.T)
 // 503 before it reads anything.
 func TestUpgradeRefusesNewConnectionsWith503WhenTheBudgetIsUnderPressure(t *testing.T) {
 	budget := NewMemoryBudget(1 << 20)
-	budget.Observe(950 << 10)
+	budget.Observe(1 << 20) // the whole budget held
 	h := newRawHeads(t, &AcceptOptions{ConnOptions: ConnOptions{MemoryBudget: budget}})
 	nc := h.connect()
 	nc.Write([]byte(rawHead + "\r\n"))

@@ -23,9 +23,11 @@ type Protection struct {
 	// MemoryLimit is the server's memory budget in bytes (see
 	// rally.MemoryBudget): past 80% of it, measured as the larger of what
 	// clients hold and what the Go runtime holds, the largest slow send
-	// queues and messages being gathered are shed; past 90%, new WebSocket
-	// handshakes get 503. Messages being gathered may hold half of it, and
-	// must keep arriving (see rally.MemoryBudgetOptions).
+	// queues and messages being gathered are shed; once what clients hold
+	// passes 90% of it, or the runtime holds all of it, new WebSocket
+	// handshakes get 503 (see rally.MemoryBudget.AdmitsNew). Messages
+	// being gathered may hold half of it, and must keep arriving (see
+	// rally.MemoryBudgetOptions).
 	// 0 means DefaultMemoryLimit(); negative means no limit (memory is
 	// still accounted and shown in /metrics). Ignored when MemoryBudget is
 	// set.
@@ -93,6 +95,7 @@ type guard struct {
 	opsAddr      atomic.Value // string
 	opsLn        *opsListener
 	open         openConns
+	httpConns    atomic.Int64 // TCP connections net/http serves, not yet WebSockets
 	shedConns    prometheus.Counter
 	acceptErrors *prometheus.CounterVec
 }
@@ -155,12 +158,19 @@ const (
 // back at once rather than leaving it to the background scavenger.
 const idleFreeBytes = 64 << 20
 
-// massDisconnect is how many connections must have closed since the
+// massDisconnect is how many connections (WebSockets, and TCP
+// connections still in their request) must have closed since the
 // last return of memory to the OS (from the most open since) for the
 // memory watch to collect and return memory again. A burst of closes is
 // seen over several ticks, and what closing connections release comes
 // after their count drops: the next return, freeInterval later, takes it.
 const massDisconnect = 100
+
+// massRelease is how much of what clients held (as charged to the
+// budget) must have been given back since the last return of memory to
+// the OS for the memory watch to return it again: slow readers cut one by
+// one during an attack leave their buffers pooled for reuse.
+const massRelease = 64 << 20
 
 // watchMemory tells the budget, every quarter second until ctx ends, how
 // much memory the Go runtime holds (heap and stacks in use, not what is
@@ -171,9 +181,10 @@ const massDisconnect = 100
 // reclaimed yet (the queues of connections just cut; nothing allocates
 // once a load has ended): when that is what makes the pressure, it forces
 // a collection (at most once per gcInterval), so that new clients are not
-// refused for memory that is not held; after a mass disconnect, or when
-// the runtime keeps much more free memory than idleFreeBytes, it gives it
-// back to the OS (debug.FreeOSMemory, at most once per freeInterval), so
+// refused for memory that is not held; after a mass disconnect, once
+// clients gave back much of what they held, or when the runtime keeps
+// much more free memory than idleFreeBytes, it gives it back to the OS
+// (two collections and debug.FreeOSMemory, at most once per freeInterval), so
 // that RSS goes back down after the load. Neither runs
 // on a connection's path.
 func (s *Server) watchMemory(ctx context.Context) {
@@ -195,20 +206,30 @@ func (s *Server) watchMemory(ctx context.Context) {
 	defer t.Stop()
 	var lastGC, lastFree time.Time
 	again := false
-	peakConns := s.conns.Load()
+	// Connections are WebSockets and TCP connections whose request is
+	// still served (a slowloris closes only those).
+	connections := func() int64 { return s.conns.Load() + s.httpConns.Load() }
+	peakConns := connections()
+	peakUsed := s.budget.Used()
 	for {
 		h := held()
 		s.budget.Observe(h)
-		conns := s.conns.Load()
+		conns := connections()
 		peakConns = max(peakConns, conns)
 		massGone := peakConns-conns >= massDisconnect
+		used := s.budget.Used()
+		peakUsed = max(peakUsed, used)
+		massReleased := peakUsed-used >= massRelease
 		idleFree := free >= idleFreeBytes && free >= h/2
-		if (massGone || idleFree || again) && time.Since(lastFree) >= freeInterval {
+		if (massGone || massReleased || idleFree || again) && time.Since(lastFree) >= freeInterval {
+			// Buffers pooled for reuse survive one collection (a
+			// sync.Pool keeps them for one more): two give them back.
+			runtime.GC()
 			debug.FreeOSMemory()
 			// Once more after the next interval: connections that just
 			// closed may still hold their buffers (a close handshake).
-			again = massGone
-			lastGC, lastFree, peakConns = time.Now(), time.Now(), conns
+			again = massGone || massReleased
+			lastGC, lastFree, peakConns, peakUsed = time.Now(), time.Now(), conns, used
 			s.budget.Observe(held())
 		}
 		pressed := s.budget.Pressure() >= rally.PressureElevated && s.budget.Used() < s.budget.Limit()/10*8

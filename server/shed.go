@@ -25,8 +25,9 @@ const maxShedPerTick = 256
 
 // openConns is the set of open WebSocket connections of a server.
 type openConns struct {
-	mu sync.Mutex
-	m  map[*rally.Conn]struct{}
+	mu   sync.Mutex
+	m    map[*rally.Conn]struct{}
+	peak int // the most entries m has had: a Go map never shrinks
 }
 
 // trackConns makes the WebSocket endpoints keep openConns, and registers
@@ -38,6 +39,7 @@ func (s *Server) trackConns() {
 		ws.Open = func(c *rally.Conn) {
 			s.open.mu.Lock()
 			s.open.m[c] = struct{}{}
+			s.open.peak = max(s.open.peak, len(s.open.m))
 			s.open.mu.Unlock()
 			if open != nil {
 				open(c)
@@ -46,6 +48,10 @@ func (s *Server) trackConns() {
 		ws.Close = func(c *rally.Conn, ce *rally.CloseError) {
 			s.open.mu.Lock()
 			delete(s.open.m, c)
+			if len(s.open.m) == 0 && s.open.peak >= 1024 {
+				// Give back the room of a crowd that has left.
+				s.open.m, s.open.peak = map[*rally.Conn]struct{}{}, 0
+			}
 			s.open.mu.Unlock()
 			if closed != nil {
 				closed(c, ce)
