@@ -175,3 +175,24 @@ func TestAcceptRefusesNewConnectionsWith503UnderMemoryPressure(t *testing.T) {
 	}
 	c.CloseNow()
 }
+
+// A peer that never reads what is sent to it is let go (1006) once bytes
+// have waited WriteStallTimeout without the transport taking any, so that
+// it cannot hold its send queue forever (rally serve sets 30 s).
+func TestAPeerThatNeverReadsIsLetGoAfterTheWriteStallTimeout(t *testing.T) {
+	c, _ := acceptStalled(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
+		BufferLimit: -1, WriteStallTimeout: 20 * time.Millisecond,
+	}}, nil)
+	ended := readInBackground(c)
+	if st, err := c.Send(rally.Binary, make([]byte, 4<<20)); st != rally.Queued || err != nil {
+		t.Fatalf("4 MiB to a peer that does not read: %v %v, want queued", st, err)
+	}
+	waitDone(t, c)
+	var ce *rally.CloseError
+	if err := <-ended; !errors.As(err, &ce) || ce.Code != rally.CloseAbnormal {
+		t.Fatalf("the connection ended with %v, want 1006", err)
+	}
+	if n := c.BufferedAmount(); n != 0 {
+		t.Errorf("%d bytes still queued after the end", n)
+	}
+}
