@@ -240,7 +240,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 		}
 		n := s.budget.Relieve()
 		if s.budget.Pressure() >= rally.PressureElevated {
-			n += s.shedSlowest(held())
+			n += s.shedSlowest()
 		}
 		if n > 0 {
 			s.shedLog.warn("slow clients cut: memory budget under pressure", "cut", n,

@@ -66,12 +66,15 @@ func (s *Server) trackConns() {
 }
 
 // shedSlowest closes the connections with the largest send queues while
-// the memory held is over 70% of the limit, and returns how many it
-// closed. Their peers do not read (their queue cannot drain), so a close
-// frame would not reach them: the connection is cut.
-func (s *Server) shedSlowest(held int64) int {
+// what clients hold, as charged to the budget, is over 70% of the limit,
+// and returns how many it closed. Their peers do not read (their queue
+// cannot drain), so a close frame would not reach them: the connection is
+// cut. Memory the runtime holds beyond the charges (garbage not yet
+// collected) does not count: cutting readers would not give it back, and
+// a fast reader whose queue is large for a moment would be cut for it.
+func (s *Server) shedSlowest() int {
 	limit := s.budget.Limit()
-	excess := max(held, s.budget.Used()) - limit/10*7
+	excess := s.budget.Used() - limit/10*7
 	if limit <= 0 || excess <= 0 {
 		return 0
 	}
