@@ -196,3 +196,22 @@ func TestAPeerThatNeverReadsIsLetGoAfterTheWriteStallTimeout(t *testing.T) {
 		t.Errorf("%d bytes still queued after the end", n)
 	}
 }
+
+// A connection read with Read that ends in the middle of a message gives
+// the message's memory and its charge back (a budget shared by servers
+// would otherwise lose it for good, one connection at a time).
+func TestReadGivesBackTheChargeOfAMessageCutByTheEndOfTheConnection(t *testing.T) {
+	budget := rally.NewMemoryBudget(1 << 20)
+	c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
+	if err := p.WriteFrame(rawpeer.Fragment(rawpeer.OpBinary, make([]byte, 16<<10), false)); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	var ce *rally.CloseError
+	if _, _, err := c.Read(ctxT(t)); !errors.As(err, &ce) || ce.Code != rally.CloseAbnormal {
+		t.Fatalf("Read = %v, want 1006", err)
+	}
+	if st := budget.Stats()[rally.MemoryAssembly]; st.Used != 0 || st.Peak < 16<<10 {
+		t.Fatalf("assembly: %d still charged, peak %d; want the message charged, then 0", st.Used, st.Peak)
+	}
+}

@@ -49,6 +49,11 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			// Gathering is suspended (a context ended) or over: what the
 			// application does not read is not the peer's slowness.
 			m.pace.stop()
+			if c.rd.end != nil && m.buf != nil {
+				// The connection ended within the message: nothing will
+				// come of it, so its memory and its charge go back now.
+				c.releaseMessage()
+			}
 			return 0, nil, err
 		}
 		if ev.first && ev.fin && m.buf == nil {
