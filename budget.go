@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // MemoryCategory is one kind of memory a client can make a server hold.
@@ -50,16 +51,23 @@ type Pressure int
 const (
 	// PressureNormal: below 80%. Everything is admitted that fits.
 	PressureNormal Pressure = iota
-	// PressureElevated: 80% or more. New connections are refused (a
-	// server answers 503); what open connections ask still fits.
+	// PressureElevated: 80% or more. The largest send queues and the
+	// largest messages being gathered are shed, a few at a time (see
+	// Relieve); new connections are still admitted.
 	PressureElevated
-	// PressureHigh: 90% or more. The largest send queues are shed (their
-	// connections apply their buffer-limit policy), a few at a time.
+	// PressureHigh: 90% or more. New connections are refused (a server
+	// answers 503) when what is charged is this high (see AdmitsNew).
 	PressureHigh
-	// PressureCritical: 95% or more. Nothing new is charged but the
-	// reserve of a control frame.
+	// PressureCritical: 95% or more: as PressureHigh, nearer the limit.
 	PressureCritical
 )
+
+// clientPercent is the share of the limit that messages being gathered,
+// inflated output and send queues may take together. The rest is the
+// reserve for new clients: request heads, and the control frames that
+// forceCharge accounts, so that a budget full of what open connections
+// hold still answers a fresh client.
+const clientPercent = 85
 
 // String returns "normal", "elevated", "high" or "critical".
 func (p Pressure) String() string {
@@ -92,22 +100,94 @@ type MemoryBudget struct {
 	limit    atomic.Int64
 	total    atomic.Int64
 	observed atomic.Int64
+	gathered atomic.Int64 // MemoryAssembly and MemoryInflate together
 	used     [numMemoryCategories]atomic.Int64
 	peak     [numMemoryCategories]atomic.Int64
 	refused  [numMemoryCategories]atomic.Uint64
 	shed     atomic.Uint64
+	opts     MemoryBudgetOptions
 
-	queues queueRegistry
+	queues   sizeRegistry[queueOwner]
+	messages sizeRegistry[messageOwner]
+	heads    headQueue
 }
 
-// NewMemoryBudget returns a budget of limit bytes. A limit of 0 or less
-// means no limit: charges always succeed and are still counted, so that
-// metrics show what clients hold.
-func NewMemoryBudget(limit int64) *MemoryBudget {
+// MemoryBudgetOptions tune how a MemoryBudget shares its limit and how
+// long it lets clients hold memory. A nil *MemoryBudgetOptions, and each
+// field left at 0, mean the default.
+type MemoryBudgetOptions struct {
+	// AssemblyShare is the percentage of the limit that messages being
+	// gathered and their inflated output may hold together. Past it, a
+	// message that needs more is failed with 1013 (try again later) and
+	// the largest messages being gathered are failed with 1013 too, so
+	// that messages that never end cannot take the room of send queues
+	// and new clients. Default 50; at most 85 (what connections may hold
+	// together: the rest of the limit is the reserve for request heads
+	// and control frames).
+	AssemblyShare int
+
+	// MessageTimeout and MinMessageRate bound how long a message may take
+	// to arrive: every MessageTimeout from its first frame, a message
+	// being gathered must have brought at least MinMessageRate bytes a
+	// second over that period, or be whole; otherwise it is failed with
+	// 1008 (policy violation) and its memory given back. A peer that
+	// sends most of a large message and then stops holds it at most twice
+	// MessageTimeout. Defaults 10 s and 1 KiB/s; a negative MessageTimeout
+	// means no bound. Messages read with Conn.Reader are not gathered and
+	// not bounded.
+	MessageTimeout time.Duration
+	MinMessageRate int
+
+	// MaxPendingHandshakes bounds the request heads that Upgrade reads at
+	// once on connections charged to this budget: past it, the oldest head
+	// still arriving is answered 503 and closed, so that clients that send
+	// their head at once are served while slow ones give way. Default
+	// 1024; negative means no bound. (A net/http server bounds its own
+	// heads: see Accept.)
+	MaxPendingHandshakes int
+}
+
+// Defaults of MemoryBudgetOptions.
+const (
+	DefaultAssemblyShare        = 50
+	DefaultMessageTimeout       = 10 * time.Second
+	DefaultMinMessageRate       = 1 << 10
+	DefaultMaxPendingHandshakes = 1024
+)
+
+// NewMemoryBudget returns a budget of limit bytes with the default
+// options. A limit of 0 or less means no limit: charges always succeed
+// and are still counted, so that metrics show what clients hold.
+func NewMemoryBudget(limit int64) *MemoryBudget { return NewMemoryBudgetWith(limit, nil) }
+
+// NewMemoryBudgetWith returns a budget of limit bytes with opts (nil: the
+// defaults). Out-of-range options are brought to the nearest allowed
+// value.
+func NewMemoryBudgetWith(limit int64, opts *MemoryBudgetOptions) *MemoryBudget {
 	b := &MemoryBudget{}
+	if opts != nil {
+		b.opts = *opts
+	}
+	o := &b.opts
+	if o.AssemblyShare <= 0 {
+		o.AssemblyShare = DefaultAssemblyShare
+	}
+	o.AssemblyShare = min(o.AssemblyShare, clientPercent)
+	if o.MessageTimeout == 0 {
+		o.MessageTimeout = DefaultMessageTimeout
+	}
+	if o.MinMessageRate <= 0 {
+		o.MinMessageRate = DefaultMinMessageRate
+	}
+	if o.MaxPendingHandshakes == 0 {
+		o.MaxPendingHandshakes = DefaultMaxPendingHandshakes
+	}
 	b.limit.Store(limit)
 	return b
 }
+
+// Options returns the budget's options, defaults filled in.
+func (b *MemoryBudget) Options() MemoryBudgetOptions { return b.opts }
 
 // Limit returns the budget's limit in bytes (0 or less: no limit).
 func (b *MemoryBudget) Limit() int64 { return b.limit.Load() }
@@ -123,8 +203,10 @@ func (b *MemoryBudget) Used() int64 { return b.total.Load() }
 // measure (for example the Go runtime's heap and stacks, read every few
 // hundred milliseconds). Pressure then takes the higher of this and what
 // is charged, so that memory the budget does not account (the program's
-// own, fragmentation) still counts toward refusing new work. Charges are
-// not refused because of it: they are checked against what is charged.
+// own, garbage not yet collected) still counts toward refusing new work;
+// and what connections hold (every category but MemoryHandshakes) stops
+// growing once it passes 85% of the limit, as the charges themselves do.
+// Request heads are checked against what is charged only.
 func (b *MemoryBudget) Observe(bytes int64) { b.observed.Store(bytes) }
 
 // Pressure returns the budget's pressure level now.
@@ -147,14 +229,27 @@ func (b *MemoryBudget) Pressure() Pressure {
 }
 
 // AdmitsNew reports whether a new connection or handshake should be
-// accepted: the pressure is below PressureElevated. A server that
-// answers false refuses with 503 and counts it (see Refused).
-func (b *MemoryBudget) AdmitsNew() bool { return b.Pressure() < PressureElevated }
+// accepted: what is charged is below 90% of the limit (PressureHigh), and
+// what was observed (see Observe) below the limit itself. Observed memory
+// includes garbage not yet collected and is what sheds the largest
+// queues first, from 80%; new clients are refused only when the
+// accounted memory or the process itself is at the end of the budget. A
+// server that answers false refuses with 503 and counts it.
+func (b *MemoryBudget) AdmitsNew() bool {
+	limit := b.limit.Load()
+	if limit <= 0 {
+		return true
+	}
+	return b.total.Load() < percentOf(limit, 90) && b.observed.Load() < limit
+}
 
-// Reserve charges n bytes to cat if they fit under the limit, and reports
-// whether they did. A program that holds memory on behalf of clients
-// (a buffer of its own) can account it with Reserve and Release. A
-// refused reservation is counted (see Stats); n <= 0 always succeeds.
+// Reserve charges n bytes to cat if they fit, and reports whether they
+// did. Request heads (MemoryHandshakes) fit up to the limit; the other
+// categories together up to 85% of it (the rest is the reserve for new
+// clients), and messages being gathered with their inflated output up to
+// AssemblyShare. A program that holds memory on behalf of clients (a
+// buffer of its own) can account it with Reserve and Release. A refused
+// reservation is counted (see Stats); n <= 0 always succeeds.
 func (b *MemoryBudget) Reserve(cat MemoryCategory, n int64) bool { return b.charge(cat, n) }
 
 // Release gives back n bytes that Reserve charged to cat.
@@ -184,19 +279,20 @@ func (b *MemoryBudget) Stats() []MemoryStats {
 	return s
 }
 
-// Relieve sheds up to 8 of the largest send queues if the pressure is
-// PressureHigh or more, and returns how many it shed. A server calls it
-// every few hundred milliseconds (with Observe), so that memory held by
-// slow peers gives way before charges start failing.
+// Relieve sheds up to 8 of the largest send queues and up to 8 of the
+// largest messages being gathered if the pressure is PressureElevated or
+// more, and returns how many it shed. A server calls it every few hundred
+// milliseconds (with Observe), so that memory held by slow peers gives
+// way before new clients are refused.
 func (b *MemoryBudget) Relieve() int {
-	if b.Pressure() < PressureHigh {
+	if b.Pressure() < PressureElevated {
 		return 0
 	}
-	return b.shedLargest(2 * maxShedPerCall)
+	return b.shedLargest(2*maxShedPerCall) + b.shedMessages(2*maxShedPerCall)
 }
 
-// Shed returns how many send queues the budget has shed (asked to apply
-// their buffer-limit policy) to make room.
+// Shed returns how many send queues and messages being gathered the
+// budget has shed to make room.
 func (b *MemoryBudget) Shed() uint64 { return b.shed.Load() }
 
 // charge reserves n bytes in cat before the memory is allocated, and
@@ -209,22 +305,54 @@ func (b *MemoryBudget) Shed() uint64 { return b.shed.Load() }
 // The engine calls it where a buffer grows by n bytes of capacity (not of
 // length: real memory held is capacity): message assembly before
 // appending a fragment, inflate before growing its output, the send queue
-// before copying a record in, the raw-upgrade parser before growing its
-// head buffer. A send-queue charge that fails also sheds the largest
-// registered queues (see track), so that the slowest peers give way first.
+// before copying a record in, the raw upgrade before reading a head. A
+// request head may take the budget to its limit; what connections hold
+// only to clientPercent of it, and messages being gathered only to their
+// share (MemoryBudgetOptions.AssemblyShare). A send-queue charge that
+// fails also sheds the largest registered queues (see track), an assembly
+// charge the largest messages being gathered (see trackMessage), so that
+// the slowest peers give way first.
 func (b *MemoryBudget) charge(cat MemoryCategory, n int64) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
 	limit := b.limit.Load()
+	if limit <= 0 {
+		b.total.Add(n)
+		if gathering(cat) {
+			b.gathered.Add(n)
+		}
+		b.grow(cat, n)
+		return true
+	}
+	ceiling := limit
+	if cat != MemoryHandshakes {
+		ceiling = percentOf(limit, clientPercent)
+		if b.observed.Load() > ceiling {
+			// What the process holds is past what connections may take
+			// (the charges' own memory, and what they do not count).
+			return b.refuse(cat)
+		}
+	}
+	if gathering(cat) {
+		share := percentOf(limit, b.opts.AssemblyShare)
+		for {
+			g := b.gathered.Load()
+			if g+n > share || g+n < g {
+				return b.refuse(cat)
+			}
+			if b.gathered.CompareAndSwap(g, g+n) {
+				break
+			}
+		}
+	}
 	for {
 		t := b.total.Load()
-		if limit > 0 && (t+n > limit || t+n < t) {
-			b.refused[cat].Add(1)
-			if cat == MemorySendQueues {
-				b.shedLargest(maxShedPerCall)
+		if t+n > ceiling || t+n < t {
+			if gathering(cat) {
+				b.gathered.Add(-n)
 			}
-			return false
+			return b.refuse(cat)
 		}
 		if b.total.CompareAndSwap(t, t+n) {
 			break
@@ -232,6 +360,28 @@ func (b *MemoryBudget) charge(cat MemoryCategory, n int64) bool {
 	}
 	b.grow(cat, n)
 	return true
+}
+
+// percentOf returns pct percent of n without overflowing.
+func percentOf(n int64, pct int) int64 {
+	return n/100*int64(pct) + n%100*int64(pct)/100
+}
+
+// gathering reports whether cat is memory of messages being received,
+// which AssemblyShare bounds.
+func gathering(cat MemoryCategory) bool { return cat == MemoryAssembly || cat == MemoryInflate }
+
+// refuse counts a refused charge to cat, sheds what holds the most of its
+// kind, and returns false.
+func (b *MemoryBudget) refuse(cat MemoryCategory) bool {
+	b.refused[cat].Add(1)
+	switch {
+	case cat == MemorySendQueues:
+		b.shedLargest(maxShedPerCall)
+	case gathering(cat):
+		b.shedMessages(maxShedPerCall)
+	}
+	return false
 }
 
 // forceCharge charges n bytes to cat whether or not they fit: for memory
@@ -243,8 +393,16 @@ func (b *MemoryBudget) forceCharge(cat MemoryCategory, n int64) bool {
 		return true
 	}
 	t := b.total.Add(n)
+	if gathering(cat) {
+		b.gathered.Add(n)
+	}
 	b.grow(cat, n)
 	limit := b.limit.Load()
+	if cat == MemorySendQueues && limit > 0 && t > percentOf(limit, clientPercent) {
+		// A queue's buffer grew past what connections may hold (its
+		// capacity doubles): the largest give way at once.
+		b.shedLargest(maxShedPerCall)
+	}
 	return limit <= 0 || t <= limit
 }
 
@@ -267,6 +425,9 @@ func (b *MemoryBudget) release(cat MemoryCategory, n int64) {
 	}
 	b.used[cat].Add(-n)
 	b.total.Add(-n)
+	if gathering(cat) {
+		b.gathered.Add(-n)
+	}
 }
 
 // queueOwner is what owns a send queue charged to the budget (a Conn):
@@ -315,6 +476,40 @@ func (b *MemoryBudget) shedLargest(n int) int {
 	return len(k)
 }
 
+// messageOwner is what gathers a message charged to the budget (a Conn).
+type messageOwner interface {
+	// shedMessage fails the message being gathered with 1013 and ends the
+	// connection, which gives its memory back. It is called from any
+	// goroutine, possibly one that holds another owner's locks: it must
+	// not block nor call the budget.
+	shedMessage()
+}
+
+// trackMessage files owner under the size of the message it gathers,
+// after its charge went from old to now bytes (now == 0: the message
+// ended), as track does for send queues.
+func (b *MemoryBudget) trackMessage(owner messageOwner, old, now int64) {
+	if b == nil {
+		return
+	}
+	from, to := queueBucket(old), queueBucket(now)
+	if from == to {
+		return
+	}
+	b.messages.move(owner, from, to)
+}
+
+// shedMessages sheds up to n of the largest messages being gathered and
+// returns how many it shed.
+func (b *MemoryBudget) shedMessages(n int) int {
+	k := b.messages.takeLargest(n)
+	for _, o := range k {
+		o.shedMessage()
+	}
+	b.shed.Add(uint64(len(k)))
+	return len(k)
+}
+
 // minTrackedQueue is the smallest queue the budget keeps track of for
 // shedding: below it a queue is not slow enough to be worth closing.
 const minTrackedQueue = 64 << 10
@@ -323,7 +518,7 @@ const minTrackedQueue = 64 << 10
 // minTrackedQueue (64 KiB, 128 KiB, ... 8 MiB and larger).
 const numQueueBuckets = 8
 
-// queueBucket returns the bucket of a queue of n bytes: -1 below
+// queueBucket returns the bucket of a queue (or a message) of n bytes: -1 below
 // minTrackedQueue, else 0 for [64 KiB, 128 KiB) and so on, the last
 // bucket holding everything larger.
 func queueBucket(n int64) int {
@@ -334,15 +529,15 @@ func queueBucket(n int64) int {
 	return min(k, numQueueBuckets-1)
 }
 
-// queueRegistry keeps the owners of large queues in power-of-two buckets
-// of their size, as Envoy's overload manager does for its streams, so
-// that the largest can be found without sorting.
-type queueRegistry struct {
+// sizeRegistry keeps the owners of large queues (or messages) in
+// power-of-two buckets of their size, as Envoy's overload manager does
+// for its streams, so that the largest can be found without sorting.
+type sizeRegistry[T comparable] struct {
 	mu      sync.Mutex
-	buckets [numQueueBuckets]map[queueOwner]struct{}
+	buckets [numQueueBuckets]map[T]struct{}
 }
 
-func (r *queueRegistry) move(o queueOwner, from, to int) {
+func (r *sizeRegistry[T]) move(o T, from, to int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if from >= 0 {
@@ -350,7 +545,7 @@ func (r *queueRegistry) move(o queueOwner, from, to int) {
 	}
 	if to >= 0 {
 		if r.buckets[to] == nil {
-			r.buckets[to] = map[queueOwner]struct{}{}
+			r.buckets[to] = map[T]struct{}{}
 		}
 		r.buckets[to][o] = struct{}{}
 	}
@@ -360,10 +555,10 @@ func (r *queueRegistry) move(o queueOwner, from, to int) {
 // down. Within a bucket (sizes within a factor of two) any will do. An
 // owner taken is tracked again when its queue next crosses a bucket
 // boundary; one that is closing releases everything and leaves.
-func (r *queueRegistry) takeLargest(n int) []queueOwner {
+func (r *sizeRegistry[T]) takeLargest(n int) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []queueOwner
+	var out []T
 	for i := numQueueBuckets - 1; i >= 0 && len(out) < n; i-- {
 		for o := range r.buckets[i] {
 			if len(out) == n {

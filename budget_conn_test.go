@@ -2,7 +2,10 @@ package rally_test
 
 import (
 	"bytes"
+	"errors"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
@@ -65,4 +68,150 @@ func TestSendQueuesAreChargedToTheMemoryBudgetAndSendsPastItAreDropped(t *testin
 			t.Fatalf("%d bytes still charged after the connection ended", st.Used)
 		}
 	})
+}
+
+// A message that stops arriving is failed with 1008 once a whole
+// MessageTimeout passes without MinMessageRate of it, and its memory is
+// given back when the connection ends.
+func TestAMessageThatStopsArrivingIsFailedWith1008AndGivesItsMemoryBack(t *testing.T) {
+	budget := rally.NewMemoryBudgetWith(1<<20, &rally.MemoryBudgetOptions{MessageTimeout: 20 * time.Millisecond})
+	rec := newRecorder()
+	s := echoServer()
+	s.Options = &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}
+	s.Close = rec.close
+	p := dialPeer(t, serve(t, s))
+	if err := p.WriteFrame(rawpeer.Fragment(rawpeer.OpBinary, make([]byte, 16<<10), false)); err != nil {
+		t.Fatal(err)
+	}
+	f := p.ExpectClose(t, rally.ClosePolicyViolation)
+	checkCloseFrame(t, f)
+	if ce := rec.waitClose(t); ce.Code != rally.ClosePolicyViolation {
+		t.Fatalf("Server.Close got %v, want 1008", ce)
+	}
+	if st := budget.Stats()[rally.MemoryAssembly]; st.Peak < 16<<10 || st.Used != 0 {
+		t.Fatalf("assembly: peak %d, %d still charged; want the message charged, then 0", st.Peak, st.Used)
+	}
+}
+
+// Messages being gathered take at most their share of the budget
+// (AssemblyShare, half by default): one that needs more is failed with
+// 1013 and so are the largest held ones, the budget keeps admitting new
+// connections meanwhile, and a fresh client is served.
+func TestHeldMessagesTakeOnlyTheirShareAndTheLargestAreShedWith1013(t *testing.T) {
+	budget := rally.NewMemoryBudget(1 << 20) // 512 KiB for messages
+	closes := make(chan *rally.CloseError, 4)
+	s := echoServer()
+	s.Options = &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}
+	s.Close = func(_ *rally.Conn, ce *rally.CloseError) { closes <- ce }
+	addr := serve(t, s)
+
+	// hold sends size bytes of a message that never ends, then a ping: its
+	// pong says the server has gathered them.
+	hold := func(size int) *rawpeer.Peer {
+		p := dialPeer(t, addr)
+		chunk := make([]byte, 64<<10)
+		p.WriteFrame(rawpeer.Fragment(rawpeer.OpBinary, chunk, false))
+		for sent := len(chunk); sent < size; sent += len(chunk) {
+			p.WriteFrame(rawpeer.Continuation(chunk, false))
+		}
+		p.WriteFrame(rawpeer.Ping([]byte("held")))
+		return p
+	}
+	a, b := hold(256<<10), hold(256<<10)
+	for _, p := range []*rawpeer.Peer{a, b} {
+		if f, err := p.ReadFrame(); err != nil || f.Opcode != rawpeer.OpPong {
+			t.Fatalf("a peer holding 256 KiB: %v %v, want its pong", f, err)
+		}
+	}
+	if st := budget.Stats()[rally.MemoryAssembly]; st.Used != 512<<10 || !budget.AdmitsNew() {
+		t.Fatalf("two held messages: %d charged, admits new %v; want 512 KiB and true", st.Used, budget.AdmitsNew())
+	}
+
+	c := hold(64 << 10) // past the share
+	for _, p := range []*rawpeer.Peer{c, a, b} {
+		checkCloseFrame(t, p.ExpectClose(t, rally.CloseTryAgainLater))
+		p.Close()
+	}
+	for range 3 {
+		select {
+		case ce := <-closes:
+			if ce.Code != rally.CloseTryAgainLater {
+				t.Errorf("Server.Close got %v, want 1013", ce)
+			}
+		case <-time.After(wireTimeout):
+			t.Fatal("Server.Close was not called three times")
+		}
+	}
+	st := budget.Stats()[rally.MemoryAssembly]
+	if st.Used != 0 || st.Peak > 512<<10 || st.Refused == 0 || budget.Shed() != 2 {
+		t.Fatalf("assembly: %d charged, peak %d, %d refused, %d shed; want 0, at most 512 KiB, refusals and 2 shed", st.Used, st.Peak, st.Refused, budget.Shed())
+	}
+
+	fresh := dialPeer(t, addr)
+	fresh.WriteFrame(rawpeer.Text("still served"))
+	if f, err := fresh.ReadFrame(); err != nil || string(f.Payload) != "still served" {
+		t.Fatalf("a fresh client's echo: %q %v", f.Payload, err)
+	}
+}
+
+// A server whose memory budget is exhausted (what is charged at 90%, or
+// the whole limit observed) refuses new connections with 503 and
+// Retry-After; before that, while it sheds, it serves them.
+func TestAcceptRefusesNewConnectionsWith503UnderMemoryPressure(t *testing.T) {
+	budget := rally.NewMemoryBudget(1 << 20)
+	s := echoServer()
+	s.Options = &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}
+	addr := serve(t, s)
+	budget.Observe(1 << 20) // the whole budget held
+	_, resp, err := rally.Dial(ctxT(t), "ws://"+addr, nil)
+	var he *rally.HandshakeError
+	if !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a handshake with the whole budget held: %v, want 503 with Retry-After", err)
+	}
+	budget.Observe(950 << 10) // shedding, still admitting
+	c, _, err := rally.Dial(ctxT(t), "ws://"+addr, nil)
+	if err != nil {
+		t.Fatalf("a handshake at 93%% of the budget observed: %v, want it served", err)
+	}
+	c.CloseNow()
+}
+
+// A peer that never reads what is sent to it is let go (1006) once bytes
+// have waited WriteStallTimeout without the transport taking any, so that
+// it cannot hold its send queue forever (rally serve sets 30 s).
+func TestAPeerThatNeverReadsIsLetGoAfterTheWriteStallTimeout(t *testing.T) {
+	c, _ := acceptStalled(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
+		BufferLimit: -1, WriteStallTimeout: 20 * time.Millisecond,
+	}}, nil)
+	ended := readInBackground(c)
+	if st, err := c.Send(rally.Binary, make([]byte, 4<<20)); st != rally.Queued || err != nil {
+		t.Fatalf("4 MiB to a peer that does not read: %v %v, want queued", st, err)
+	}
+	waitDone(t, c)
+	var ce *rally.CloseError
+	if err := <-ended; !errors.As(err, &ce) || ce.Code != rally.CloseAbnormal {
+		t.Fatalf("the connection ended with %v, want 1006", err)
+	}
+	if n := c.BufferedAmount(); n != 0 {
+		t.Errorf("%d bytes still queued after the end", n)
+	}
+}
+
+// A connection read with Read that ends in the middle of a message gives
+// the message's memory and its charge back (a budget shared by servers
+// would otherwise lose it for good, one connection at a time).
+func TestReadGivesBackTheChargeOfAMessageCutByTheEndOfTheConnection(t *testing.T) {
+	budget := rally.NewMemoryBudget(1 << 20)
+	c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
+	if err := p.WriteFrame(rawpeer.Fragment(rawpeer.OpBinary, make([]byte, 16<<10), false)); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	var ce *rally.CloseError
+	if _, _, err := c.Read(ctxT(t)); !errors.As(err, &ce) || ce.Code != rally.CloseAbnormal {
+		t.Fatalf("Read = %v, want 1006", err)
+	}
+	if st := budget.Stats()[rally.MemoryAssembly]; st.Used != 0 || st.Peak < 16<<10 {
+		t.Fatalf("assembly: %d still charged, peak %d; want the message charged, then 0", st.Used, st.Peak)
+	}
 }

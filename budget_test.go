@@ -10,28 +10,89 @@ import (
 
 func TestMemoryBudgetRefusesAChargePastTheLimitAndCountsIt(t *testing.T) {
 	b := NewMemoryBudget(1000)
-	if !b.Reserve(MemoryAssembly, 600) {
+	if !b.Reserve(MemorySendQueues, 600) {
 		t.Fatal("600 of 1000 refused")
 	}
-	if !b.Reserve(MemoryInflate, 400) {
-		t.Fatal("a charge up to exactly the limit refused")
+	if !b.Reserve(MemoryHandshakes, 400) {
+		t.Fatal("a request head up to exactly the limit refused")
 	}
-	if b.Reserve(MemoryAssembly, 1) {
+	if b.Reserve(MemoryHandshakes, 1) {
 		t.Fatal("a charge past the limit succeeded")
 	}
-	b.Release(MemoryInflate, 400)
-	if !b.Reserve(MemoryAssembly, 400) {
+	b.Release(MemoryHandshakes, 400)
+	if !b.Reserve(MemoryHandshakes, 400) {
 		t.Fatal("a charge that fits after a release refused")
 	}
 	st := b.Stats()
-	if got := st[MemoryAssembly]; got.Used != 1000 || got.Peak != 1000 || got.Refused != 1 {
-		t.Errorf("assembly stats = %+v, want used 1000, peak 1000, refused 1", got)
+	if got := st[MemoryHandshakes]; got.Used != 400 || got.Peak != 400 || got.Refused != 1 {
+		t.Errorf("handshakes stats = %+v, want used 400, peak 400, refused 1", got)
 	}
-	if got := st[MemoryInflate]; got.Used != 0 || got.Peak != 400 || got.Refused != 0 {
-		t.Errorf("inflate stats = %+v, want used 0, peak 400, refused 0", got)
+	if got := st[MemorySendQueues]; got.Used != 600 || got.Peak != 600 || got.Refused != 0 {
+		t.Errorf("send queue stats = %+v, want used 600, peak 600, refused 0", got)
 	}
 	if b.Used() != 1000 {
 		t.Errorf("Used = %d, want 1000", b.Used())
+	}
+}
+
+// What connections hold (messages, inflated output, send queues) stops at
+// 85% of the limit: the rest is kept for new clients' request heads.
+func TestMemoryBudgetKeepsAReserveForRequestHeads(t *testing.T) {
+	b := NewMemoryBudget(1000)
+	if !b.Reserve(MemorySendQueues, 850) {
+		t.Fatal("send queues refused up to 85% of the limit")
+	}
+	for _, cat := range []MemoryCategory{MemorySendQueues, MemoryAssembly, MemoryInflate} {
+		if b.Reserve(cat, 1) {
+			t.Errorf("%v charged past 85%% of the limit", cat)
+		}
+	}
+	if !b.Reserve(MemoryHandshakes, 150) {
+		t.Fatal("a request head refused with the reserve free")
+	}
+	if b.Pressure() != PressureCritical || b.AdmitsNew() {
+		t.Errorf("a full budget: pressure %v, admits new %v", b.Pressure(), b.AdmitsNew())
+	}
+}
+
+// Messages being gathered and their inflated output share AssemblyShare
+// of the limit; send queues and request heads still fit beside them.
+func TestMemoryBudgetBoundsMessagesToTheirShare(t *testing.T) {
+	b := NewMemoryBudget(1000)
+	if !b.Reserve(MemoryAssembly, 300) || !b.Reserve(MemoryInflate, 200) {
+		t.Fatal("messages refused within their share of 50%")
+	}
+	if b.Reserve(MemoryAssembly, 1) || b.Reserve(MemoryInflate, 1) {
+		t.Fatal("messages charged past their share")
+	}
+	if !b.Reserve(MemorySendQueues, 250) || !b.Reserve(MemoryHandshakes, 150) {
+		t.Fatal("send queues or request heads refused beside messages at their share")
+	}
+	if got := b.Stats()[MemoryAssembly].Refused + b.Stats()[MemoryInflate].Refused; got != 2 {
+		t.Errorf("%d refusals counted, want 2", got)
+	}
+	b.Release(MemoryInflate, 200)
+	if !b.Reserve(MemoryAssembly, 100) {
+		t.Error("a message refused after its share was given back")
+	}
+
+	all := NewMemoryBudgetWith(1000, &MemoryBudgetOptions{AssemblyShare: 100})
+	if got := all.Options().AssemblyShare; got != 85 {
+		t.Errorf("AssemblyShare 100 became %d, want 85 (what connections may hold)", got)
+	}
+	if !all.Reserve(MemoryAssembly, 850) || all.Reserve(MemoryAssembly, 1) {
+		t.Error("with AssemblyShare at its largest, messages do not take exactly 85%")
+	}
+}
+
+func TestMemoryBudgetOptionsDefaults(t *testing.T) {
+	o := NewMemoryBudget(1).Options()
+	if o.AssemblyShare != 50 || o.MessageTimeout != DefaultMessageTimeout || o.MinMessageRate != 1024 || o.MaxPendingHandshakes != 1024 {
+		t.Errorf("default options %+v", o)
+	}
+	o = NewMemoryBudgetWith(1, &MemoryBudgetOptions{MessageTimeout: -1, MaxPendingHandshakes: -1}).Options()
+	if o.MessageTimeout >= 0 || o.MaxPendingHandshakes >= 0 {
+		t.Errorf("negative options (no bound) became %+v", o)
 	}
 }
 
@@ -50,10 +111,10 @@ func TestMemoryBudgetWithoutLimitCountsEverything(t *testing.T) {
 
 func TestMemoryBudgetRefusesAChargeThatWouldOverflow(t *testing.T) {
 	b := NewMemoryBudget(math.MaxInt64)
-	if !b.Reserve(MemoryAssembly, math.MaxInt64-10) {
+	if !b.Reserve(MemoryHandshakes, math.MaxInt64-10) {
 		t.Fatal("first charge refused")
 	}
-	if b.Reserve(MemoryAssembly, 100) {
+	if b.Reserve(MemoryHandshakes, 100) {
 		t.Fatal("a charge that overflows the total succeeded")
 	}
 }
@@ -76,28 +137,39 @@ func TestMemoryBudgetPressureLevels(t *testing.T) {
 		{900, PressureHigh}, {949, PressureHigh}, {950, PressureCritical}, {1000, PressureCritical},
 	} {
 		b := NewMemoryBudget(1000)
-		b.Reserve(MemorySendQueues, tc.used)
+		b.Reserve(MemoryHandshakes, tc.used)
 		if got := b.Pressure(); got != tc.want {
 			t.Errorf("%d of 1000 charged: pressure %v, want %v", tc.used, got, tc.want)
 		}
-		if got, want := b.AdmitsNew(), tc.want == PressureNormal; got != want {
+		if got, want := b.AdmitsNew(), tc.want < PressureHigh; got != want {
 			t.Errorf("%d of 1000 charged: AdmitsNew %v, want %v", tc.used, got, want)
 		}
 	}
 }
 
-func TestMemoryBudgetPressureCountsObservedMemoryButChargesDoNot(t *testing.T) {
+func TestMemoryBudgetPressureCountsObservedMemoryAndSoDoConnectionsCharges(t *testing.T) {
 	b := NewMemoryBudget(1000)
 	b.Observe(960)
-	if b.Pressure() != PressureCritical || b.AdmitsNew() {
-		t.Errorf("observed 960 of 1000: pressure %v, admits new %v", b.Pressure(), b.AdmitsNew())
+	if b.Pressure() != PressureCritical || !b.AdmitsNew() {
+		t.Errorf("observed 960 of 1000: pressure %v, admits new %v; want critical, still admitting", b.Pressure(), b.AdmitsNew())
 	}
-	if !b.Reserve(MemoryAssembly, 500) {
-		t.Error("a charge that fits was refused because of observed memory")
+	if b.Reserve(MemorySendQueues, 10) || b.Reserve(MemoryAssembly, 10) {
+		t.Error("a connection's charge succeeded with 96% of the limit observed")
+	}
+	if !b.Reserve(MemoryHandshakes, 500) {
+		t.Error("a request head was refused because of observed memory")
+	}
+	b.Observe(850)
+	if !b.Reserve(MemorySendQueues, 10) {
+		t.Error("a connection's charge was refused with 85% observed")
+	}
+	b.Observe(1000)
+	if b.AdmitsNew() {
+		t.Error("new connections admitted with the whole limit observed")
 	}
 	b.Observe(0)
 	if b.Pressure() != PressureNormal {
-		t.Errorf("pressure after observing 0 with 500 charged = %v", b.Pressure())
+		t.Errorf("pressure after observing 0 with 510 charged = %v", b.Pressure())
 	}
 }
 
@@ -112,7 +184,7 @@ func TestMemoryBudgetForceChargeGoesOverAndSays(t *testing.T) {
 	if b.Used() != 102 {
 		t.Errorf("Used = %d, want 102", b.Used())
 	}
-	if b.Reserve(MemoryAssembly, 1) {
+	if b.Reserve(MemoryHandshakes, 1) {
 		t.Error("charge succeeded while over the limit")
 	}
 }
@@ -124,7 +196,7 @@ func TestMemoryBudgetChargesConcurrentlyNeverExceedTheLimit(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 1000 {
-				if b.Reserve(MemoryAssembly, 7) {
+				if b.Reserve(MemoryHandshakes, 7) {
 					granted.Add(7)
 					if b.Used() > 10000 {
 						t.Error("used past the limit")
@@ -198,7 +270,7 @@ func TestMemoryBudgetShedsTheLargestQueuesFirst(t *testing.T) {
 func TestMemoryBudgetShedsWhenASendQueueChargeFails(t *testing.T) {
 	b := NewMemoryBudget(1 << 20)
 	var shed []string
-	big := &fakeQueue{name: "big", size: 900 << 10, shed: &shed}
+	big := &fakeQueue{name: "big", size: 800 << 10, shed: &shed}
 	if !b.Reserve(MemorySendQueues, big.size) {
 		t.Fatal("charge refused")
 	}
@@ -223,18 +295,57 @@ func TestMemoryBudgetUntracksAQueueThatShrinks(t *testing.T) {
 	}
 }
 
-func TestMemoryBudgetRelievesOnlyUnderHighPressure(t *testing.T) {
+func TestMemoryBudgetRelievesFromElevatedPressure(t *testing.T) {
 	b := NewMemoryBudget(1 << 20)
 	var shed []string
-	q := &fakeQueue{name: "q", size: 512 << 10, shed: &shed}
+	q := &fakeQueue{name: "q", size: 300 << 10, shed: &shed}
+	m := &fakeMessage{name: "m", shed: &shed}
 	b.Reserve(MemorySendQueues, q.size)
 	b.track(q, 0, q.size)
+	b.Reserve(MemoryAssembly, 200<<10)
+	b.trackMessage(m, 0, 200<<10)
 	if b.Relieve() != 0 {
 		t.Fatal("relieved at normal pressure")
 	}
-	b.Observe(950 << 10)
-	if b.Relieve() != 1 || len(shed) != 1 {
-		t.Errorf("at high pressure Relieve shed %v, want [q]", shed)
+	b.Observe(850 << 10)
+	if b.Pressure() != PressureElevated || !b.AdmitsNew() {
+		t.Fatalf("at 83%%: pressure %v, admits new %v; want elevated, still admitting", b.Pressure(), b.AdmitsNew())
+	}
+	if b.Relieve() != 2 || strings.Join(shed, " ") != "q m" {
+		t.Errorf("at elevated pressure Relieve shed %v, want [q m]", shed)
+	}
+}
+
+// fakeMessage is a messageOwner that records being shed.
+type fakeMessage struct {
+	name string
+	shed *[]string
+}
+
+func (m *fakeMessage) shedMessage() { *m.shed = append(*m.shed, m.name) }
+
+// A message that needs more than the share left sheds the largest
+// messages being gathered (a message under 64 KiB is never shed).
+func TestMemoryBudgetShedsTheLargestMessagesWhenTheirShareRunsOut(t *testing.T) {
+	b := NewMemoryBudget(4 << 20) // 2 MiB for messages
+	var shed []string
+	for _, m := range []struct {
+		name string
+		size int64
+	}{{"1M", 1 << 20}, {"512K", 512 << 10}, {"256K", 256 << 10}, {"32K", 32 << 10}} {
+		if !b.Reserve(MemoryAssembly, m.size) {
+			t.Fatalf("%s refused", m.name)
+		}
+		b.trackMessage(&fakeMessage{name: m.name, shed: &shed}, 0, m.size)
+	}
+	if b.Reserve(MemoryInflate, 512<<10) {
+		t.Fatal("a charge past the share succeeded")
+	}
+	if want := "1M 512K 256K"; strings.Join(shed, " ") != want {
+		t.Errorf("shed %v, want %s", shed, want)
+	}
+	if b.Shed() != 3 {
+		t.Errorf("Shed() = %d, want 3", b.Shed())
 	}
 }
 

@@ -138,8 +138,9 @@ func (c *Conn) closeTimedOut() {
 // (or after a failure was announced with one): a server waits for its close
 // frame to leave and closes its side first; a client waits for the server
 // to close. Both then read and drop whatever still arrives until the peer
-// closes, so that unread bytes never turn the close into a reset. The close
-// timer bounds the whole. The caller holds the read lock.
+// closes, so that unread bytes never turn the close into a reset, up to
+// lingerBytes. The close timer bounds the whole. The caller holds the read
+// lock.
 func (c *Conn) linger() {
 	if c.server {
 		c.wr.mu.Lock()
@@ -152,7 +153,10 @@ func (c *Conn) linger() {
 			c.finish(c.rd.end)
 		}
 	}
-	for {
+	// At most lingerBytes are dropped: a peer that keeps sending after
+	// the close (the rest of a message refused at its header) is not
+	// read for long.
+	for dropped := 0; dropped < lingerBytes; dropped += len(c.rd.in) {
 		if err := c.fill(); err != nil {
 			break
 		}

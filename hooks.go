@@ -73,14 +73,18 @@ type negotiation struct {
 }
 
 // negotiate settles a handshake whose request rf did not refuse (q is what
-// the rules saw of r): the server's own options are checked, then the
-// application's hooks run (see decide), then compression is negotiated.
+// the rules saw of r): the server's own options are checked, a memory
+// budget under pressure refuses with 503, then the application's hooks
+// run (see decide), then compression is negotiated.
 // header is the answer's extra headers. Every handshake (Accept, Upgrade,
 // over HTTP/2) goes through it.
 func (o *AcceptOptions) negotiate(r *http.Request, q *upgradeRequest, header http.Header, rf *refusal) (negotiation, *refusal) {
 	var n negotiation
 	if rf == nil {
 		rf = o.ConnOptions.refusal()
+	}
+	if rf == nil {
+		rf = o.MemoryBudget.refuseNew() // 503 under memory pressure
 	}
 	if rf == nil {
 		n.data, n.subprotocol, rf = o.decide(r, q, header)

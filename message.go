@@ -2,6 +2,10 @@ package rally
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/rallyws/rally/frame"
 	"github.com/rallyws/rally/internal/bufpool"
@@ -17,6 +21,13 @@ type message struct {
 	typ     MessageType
 	handed  bool  // buf holds a whole message handed out by nextMessage
 	charged int64 // bytes of buf's capacity charged to the memory budget
+
+	// filed is charged as the budget files it for shedding (see
+	// MemoryBudget.trackMessage); atomic, as shedding reads it.
+	filed atomic.Int64
+	// pace bounds how long a message being gathered may take to arrive,
+	// when the connection has a memory budget (made with the first one).
+	pace *messagePace
 }
 
 // nextMessage returns the next whole data message. Its bytes are valid
@@ -29,9 +40,20 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 	if m.handed {
 		c.releaseMessage()
 	}
+	if m.buf != nil {
+		m.pace.resume() // a Read whose context ended left it half gathered
+	}
 	for {
 		ev, err := c.nextEvent(ctx)
 		if err != nil {
+			// Gathering is suspended (a context ended) or over: what the
+			// application does not read is not the peer's slowness.
+			m.pace.stop()
+			if c.rd.end != nil && m.buf != nil {
+				// The connection ended within the message: nothing will
+				// come of it, so its memory and its charge go back now.
+				c.releaseMessage()
+			}
 			return 0, nil, err
 		}
 		if ev.first && ev.fin && m.buf == nil {
@@ -46,6 +68,7 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			}
 			m.buf = bufpool.Get(n)
 			m.typ = MessageType(ev.op)
+			c.startPace()
 		}
 		if need := len(*m.buf) + len(ev.payload); need > cap(*m.buf) {
 			if err := c.chargeMessage(cap(*m.buf), max(2*cap(*m.buf), need)); err != nil {
@@ -53,7 +76,9 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			}
 		}
 		m.append(ev.payload)
+		m.pace.arrived(len(ev.payload))
 		if ev.fin {
+			m.pace.stop()
 			m.handed = true
 			return m.typ, *m.buf, nil
 		}
@@ -75,8 +100,10 @@ func (m *message) append(p []byte) {
 
 // chargeMessage charges the memory budget for growing the gathering
 // buffer from capacity old to what a buffer of n bytes costs; past the
-// budget the message fails with 1013 (try again later), before any memory
-// is taken.
+// budget (or its share for messages) the message fails with 1013 (try
+// again later), before any memory is taken. The connection is filed with
+// the budget under its message's size, so that the largest messages are
+// shed first when messages need room.
 func (c *Conn) chargeMessage(old, n int) error {
 	b := c.opts.MemoryBudget
 	if b == nil {
@@ -84,16 +111,23 @@ func (c *Conn) chargeMessage(old, n int) error {
 	}
 	d := int64(bufpool.Cap(n) - old)
 	if !b.charge(MemoryAssembly, d) {
+		c.rd.msg.pace.stop()
 		return c.violated(violation(frame.CloseTryAgainLater, "server memory is exhausted"))
 	}
-	c.rd.msg.charged += d
+	m := &c.rd.msg
+	m.charged += d
+	b.trackMessage(c, m.filed.Swap(m.charged), m.charged)
 	return nil
 }
 
 // releaseMessage gives the gathering buffer back, and its charge.
 func (c *Conn) releaseMessage() {
 	m := &c.rd.msg
-	c.opts.MemoryBudget.release(MemoryAssembly, m.charged)
+	if b := c.opts.MemoryBudget; b != nil {
+		b.release(MemoryAssembly, m.charged)
+		b.trackMessage(c, m.filed.Swap(0), 0)
+		m.pace.stop()
+	}
 	m.charged = 0
 	m.release()
 }
@@ -103,4 +137,132 @@ func (m *message) release() {
 	bufpool.Put(m.buf)
 	m.buf = nil
 	m.handed = false
+}
+
+// shedMessage fails the message being gathered with 1013: the memory
+// budget's share for messages ran out (or its pressure is elevated) and
+// this message is among the largest. It is called from any goroutine.
+func (c *Conn) shedMessage() {
+	if c.rd.msg.filed.Load() == 0 {
+		return // the message ended since it was filed
+	}
+	c.failGathering(frame.CloseTryAgainLater, "server memory is exhausted", errMessageShed)
+}
+
+var (
+	errMessageShed = errors.New("rally: message shed: the memory budget's room for messages ran out and this message was among the largest")
+	errMessageSlow = errors.New("rally: message too slow: it arrived slower than the memory budget's MinMessageRate")
+)
+
+// failGathering ends the connection while a message is being gathered:
+// it sends a close frame with code, and once that is written (within
+// CloseTimeout) closes the connection, without waiting for the peer's
+// close: the reading goroutine then gives the message's memory back. It
+// never blocks its caller.
+func (c *Conn) failGathering(code uint16, reason string, err error) {
+	go func() {
+		c.closeWithCode(code, reason)
+		c.wr.mu.Lock()
+		seq := c.wr.closeSeq
+		c.unlockWrite()
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CloseTimeout)
+		c.waitFlushed(ctx, seq)
+		cancel()
+		c.finish(&CloseError{Code: code, Reason: reason, Err: err})
+	}()
+}
+
+// messagePace bounds how long a message being gathered may take to
+// arrive (MemoryBudgetOptions.MessageTimeout and MinMessageRate): a timer
+// checks, every period from the message's first frame, that at least need
+// more bytes of it arrived since the last check. A nil *messagePace
+// bounds nothing.
+type messagePace struct {
+	c      *Conn
+	period time.Duration
+	need   int64
+	timer  *time.Timer
+	bytes  atomic.Int64 // bytes of the message so far (the reading goroutine adds)
+
+	mu     sync.Mutex // serialises the timer's checks with starts and stops
+	active bool
+	due    time.Time // when the next check is due
+	seen   int64     // bytes at the last check
+}
+
+// startPace starts bounding a message whose gathering began, if the
+// connection has a memory budget with a message timeout.
+func (c *Conn) startPace() {
+	b := c.opts.MemoryBudget
+	if b == nil || b.opts.MessageTimeout <= 0 {
+		return
+	}
+	m := &c.rd.msg
+	if m.pace == nil {
+		p := &messagePace{c: c, period: b.opts.MessageTimeout}
+		p.need = int64(b.opts.MinMessageRate) * int64(p.period) / int64(time.Second)
+		p.timer = time.AfterFunc(time.Hour, p.check)
+		p.timer.Stop()
+		m.pace = p
+	}
+	m.pace.bytes.Store(0)
+	m.pace.resume()
+}
+
+// arrived counts n more bytes of the message.
+func (p *messagePace) arrived(n int) {
+	if p != nil {
+		p.bytes.Add(int64(n))
+	}
+}
+
+// resume (re)starts the bound: the next period begins now.
+func (p *messagePace) resume() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.active = true
+	p.due = time.Now().Add(p.period)
+	p.seen = p.bytes.Load()
+	p.mu.Unlock()
+	p.timer.Reset(p.period)
+}
+
+// stop ends the bound (the message ended, or gathering is suspended).
+func (p *messagePace) stop() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.active = false
+	p.mu.Unlock()
+	p.timer.Stop()
+}
+
+// check runs on the timer: a message that brought less than need bytes
+// over the period is failed with 1008.
+func (p *messagePace) check() {
+	p.mu.Lock()
+	if !p.active {
+		p.mu.Unlock()
+		return
+	}
+	if wait := time.Until(p.due); wait > 0 {
+		// A timer armed for an earlier period fired late.
+		p.mu.Unlock()
+		p.timer.Reset(wait)
+		return
+	}
+	n := p.bytes.Load()
+	if n-p.seen < p.need {
+		p.active = false
+		p.mu.Unlock()
+		p.c.failGathering(frame.ClosePolicyViolation, "message too slow", errMessageSlow)
+		return
+	}
+	p.seen = n
+	p.due = time.Now().Add(p.period)
+	p.mu.Unlock()
+	p.timer.Reset(p.period)
 }

@@ -105,7 +105,13 @@ func serverReceive(t *testing.T, stream []byte, compress bool) []string {
 	srv, peer := net.Pipe()
 	req := "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-	opts := &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: fuzzReadLimit, CloseTimeout: 10 * time.Millisecond}}
+	// A memory budget whose share for messages (48 KiB) is smaller than
+	// the read limit: messages past it are refused with 1013, and every
+	// charge must be given back once the connection has ended.
+	budget := rally.NewMemoryBudget(96 << 10)
+	opts := &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
+		ReadLimit: fuzzReadLimit, CloseTimeout: 10 * time.Millisecond, MemoryBudget: budget,
+	}}
 	if compress {
 		req += "Sec-WebSocket-Extensions: permessage-deflate\r\n"
 		opts.Compression = &rally.CompressionOptions{}
@@ -120,7 +126,13 @@ func serverReceive(t *testing.T, stream []byte, compress bool) []string {
 	if err != nil {
 		t.Fatalf("upgrade of a valid request: %v", err)
 	}
-	return readAll(t, c)
+	got := readAll(t, c)
+	for _, cat := range []rally.MemoryCategory{rally.MemoryHandshakes, rally.MemoryAssembly} {
+		if n := budget.Stats()[cat].Used; n != 0 {
+			t.Fatalf("%d bytes of %v still charged to the memory budget after the end", n, cat)
+		}
+	}
+	return got
 }
 
 func FuzzClientReceive(f *testing.F) {

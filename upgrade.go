@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rallyws/rally/internal/bufpool"
@@ -39,7 +40,12 @@ const upgradeReadSize = 4 << 10
 // (DefaultMaxHeaderBytes when 0; 431 past it) and must arrive, and the
 // answer be written, within opts.HandshakeTimeout (DefaultUpgradeTimeout
 // when 0), which is the defence against clients that hold connections
-// open by sending slowly. A malformed head gets 400 (505 for an HTTP
+// open by sending slowly. With opts.MemoryBudget set, the head is charged
+// to the budget at its largest while it arrives, and a new connection gets
+// 503 (with Retry-After) when the budget is under pressure or has no room
+// for it; at most the budget's MaxPendingHandshakes heads are read at once,
+// the oldest one still arriving answered 503 and closed past it (see
+// MemoryBudgetOptions). A malformed head gets 400 (505 for an HTTP
 // version other than 1.x). A well-formed request then meets the same
 // rules and hooks as in Accept, in the same order, and a refused one gets
 // the same answers. Bytes the client sent after the request head (an
@@ -69,6 +75,14 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	if p.max <= 0 {
 		p.max = DefaultMaxHeaderBytes
 	}
+	// The head is charged to the memory budget at its largest: the read
+	// buffer and a head of p.max bytes.
+	budget := opts.MemoryBudget
+	headCost := int64(upgradeReadSize + p.max)
+	h, rf := budget.admitHead(nc, headCost)
+	if rf != nil {
+		return nil, nil, opts.handshakeFailed(nil, refuseRaw(nc, rf))
+	}
 	buf := bufpool.Get(upgradeReadSize)
 	*buf = (*buf)[:cap(*buf)]
 	var rest []byte
@@ -78,6 +92,7 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 			n, done, perr := p.feed((*buf)[:k])
 			if perr != nil {
 				bufpool.Put(buf)
+				budget.headDone(h, headCost)
 				return nil, nil, opts.handshakeFailed(nil, refuseRaw(nc, perr.(*refusalError).rf))
 			}
 			if done {
@@ -87,9 +102,16 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 		}
 		if err != nil {
 			bufpool.Put(buf)
+			if budget.headDone(h, headCost) {
+				return nil, nil, opts.handshakeFailed(nil, refuseRaw(nc, headsCut()))
+			}
 			nc.Close()
 			return nil, nil, opts.handshakeFailed(nil, readRequestError(err, p.used, timeout))
 		}
+	}
+	if budget.headDone(h, headCost) {
+		bufpool.Put(buf)
+		return nil, nil, opts.handshakeFailed(nil, refuseRaw(nc, headsCut()))
 	}
 	if len(rest) == 0 {
 		bufpool.Put(buf)
@@ -123,6 +145,146 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	}
 	c.data = n.data
 	return c, r, nil
+}
+
+// admitHead admits a request head that Upgrade is about to read on nc, of
+// at most size bytes with its buffer: it charges them to the budget and
+// counts the head among those in progress (cutting the oldest one if that
+// makes more than MaxPendingHandshakes). It refuses with 503 when the
+// budget does not admit new connections or has no room for the head. A
+// nil budget admits every head and tracks none.
+func (b *MemoryBudget) admitHead(nc net.Conn, size int64) (*pendingHead, *refusal) {
+	if b == nil {
+		return nil, nil
+	}
+	if rf := b.refuseNew(); rf != nil {
+		return nil, rf
+	}
+	if !b.charge(MemoryHandshakes, size) {
+		return nil, memoryBusy()
+	}
+	return b.heads.start(nc, b.opts.MaxPendingHandshakes), nil
+}
+
+// refuseNew returns the answer to a new connection when the budget does
+// not admit new ones (see AdmitsNew), or nil.
+func (b *MemoryBudget) refuseNew() *refusal {
+	if b == nil || b.AdmitsNew() {
+		return nil
+	}
+	return memoryBusy()
+}
+
+// memoryBusy is the answer to a new connection the memory budget has no
+// room for.
+func memoryBusy() *refusal {
+	return &refusal{status: http.StatusServiceUnavailable, reason: "server busy: memory budget under pressure; retry later",
+		headers: []string{"Retry-After", "5"}}
+}
+
+// headDone ends a head admitHead admitted (it arrived, or will not):
+// its charge is given back. It reports whether the head had been cut to
+// make room for newer ones, in which case it must be refused with
+// headsCut.
+func (b *MemoryBudget) headDone(h *pendingHead, size int64) (cut bool) {
+	if b == nil {
+		return false
+	}
+	b.release(MemoryHandshakes, size)
+	return b.heads.finish(h)
+}
+
+// headsCut is the answer to a head cut to make room for newer ones.
+func headsCut() *refusal {
+	return &refusal{status: http.StatusServiceUnavailable, reason: "server busy: too many request heads in progress; retry later",
+		headers: []string{"Retry-After", "5"}}
+}
+
+// headQueue holds the request heads Upgrade reads at once for the
+// connections of one MemoryBudget, oldest first. Past a bound, the oldest
+// head still arriving is cut: its read is woken (a read deadline in the
+// past) and its Upgrade answers 503. A client that sends its head at once
+// is served while slow ones (a slowloris) give way, oldest first.
+type headQueue struct {
+	mu      sync.Mutex
+	pending int
+	queue   []*pendingHead // in the order they started; finished ones are skipped
+}
+
+// pendingHead is one head in progress. Its fields are guarded by the
+// queue's mutex.
+type pendingHead struct {
+	nc   net.Conn
+	done bool // finished, or cut
+	cut  bool
+}
+
+// start counts a new head on nc, cutting the oldest other one if that
+// makes more than limit (limit <= 0: no bound).
+func (q *headQueue) start(nc net.Conn, limit int) *pendingHead {
+	h := &pendingHead{nc: nc}
+	q.mu.Lock()
+	q.queue = append(q.queue, h)
+	q.pending++
+	var oldest *pendingHead
+	if limit > 0 && q.pending > limit {
+		oldest = q.oldestLocked(h)
+	}
+	if len(q.queue) > 2*max(q.pending, 512) {
+		q.compactLocked()
+	}
+	q.mu.Unlock()
+	if oldest != nil {
+		oldest.nc.SetReadDeadline(time.Now())
+	}
+	return h
+}
+
+// oldestLocked cuts and returns the oldest head in progress other than
+// h, or nil, dropping it and the finished heads before it from the queue.
+func (q *headQueue) oldestLocked(h *pendingHead) *pendingHead {
+	for i, o := range q.queue {
+		if o == h || o.done {
+			continue
+		}
+		o.done, o.cut = true, true
+		q.pending--
+		clear(q.queue[:i+1])
+		q.queue = q.queue[i+1:]
+		return o
+	}
+	return nil
+}
+
+// compactLocked drops finished heads from the queue.
+func (q *headQueue) compactLocked() {
+	k := q.queue[:0]
+	for _, o := range q.queue {
+		if !o.done {
+			k = append(k, o)
+		}
+	}
+	clear(q.queue[len(k):])
+	q.queue = k
+}
+
+// finish ends h and reports whether it had been cut.
+func (q *headQueue) finish(h *pendingHead) (cut bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !h.done {
+		h.done = true
+		q.pending--
+	}
+	return h.cut
+}
+
+// pendingHeads returns how many request heads Upgrade is reading now on
+// connections charged to the budget.
+func (b *MemoryBudget) pendingHeads() int {
+	b.heads.mu.Lock()
+	defer b.heads.mu.Unlock()
+	return b.heads.pending
 }
 
 // readRequestError describes why the request head could not be read, after

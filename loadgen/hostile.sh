@@ -35,15 +35,18 @@ done
 
 status=0
 run() {
-	local scenario=$1 path=$2
+	local name=$1 scenario=$2 path=$3
+	shift 3
 	"$bin" bench "$scenario" "ws://127.0.0.1:$port$path" --server-pid "$pid" \
-		--duration "$duration" --settle "$settle" --json-file "$out/$scenario.json" || status=1
+		--duration "$duration" --settle "$settle" --json-file "$out/$name.json" "$@" || status=1
 	echo
 }
-run slowloris /echo
-run head-hold /echo
-run partial /echo
-run slow-read /ws
-run garbage /echo
+run slowloris slowloris /echo
+run head-hold head-hold /echo
+run partial partial /echo
+# Messages one byte short of /echo's limit: they fit, and are held.
+run partial-echo-limit partial /echo --size 1048575
+run slow-read slow-read /ws
+run garbage garbage /echo
 echo "rally serve --memory-limit $limit: results in $out/, its log in $out/serve.log"
 exit $status

@@ -28,6 +28,7 @@ func (s *Server) harden(ctx context.Context, hs *http.Server, ln net.Listener) n
 		budget:  s.budget,
 		perHead: int64(p.MaxHeaderBytes) + headBufferBytes,
 		conns:   map[net.Conn]*pendingHead{},
+		open:    &s.httpConns,
 		m:       s.m,
 		log:     newEveryLog(s.log, 10*time.Second),
 	}
@@ -61,11 +62,13 @@ type headGate struct {
 	perHead int64
 	budget  *rally.MemoryBudget
 	pending atomic.Int64
+	open    *atomic.Int64 // TCP connections net/http serves (not hijacked)
 	m       *metrics
 	log     *everyLog
 
 	mu    sync.Mutex
 	conns map[net.Conn]*pendingHead
+	peak  int            // the most entries conns has had
 	queue []*pendingHead // heads in the order they started; finished ones are skipped
 }
 
@@ -83,6 +86,7 @@ func (g *headGate) connContext(ctx context.Context, c net.Conn) context.Context 
 	h := &pendingHead{g: g, c: c}
 	g.mu.Lock()
 	g.conns[c] = h
+	g.peak = max(g.peak, len(g.conns))
 	g.mu.Unlock()
 	return context.WithValue(ctx, pendingKey{}, h)
 }
@@ -92,8 +96,19 @@ func (g *headGate) state(c net.Conn, st http.ConnState) {
 	h := g.conns[c]
 	if st == http.StateClosed || st == http.StateHijacked {
 		delete(g.conns, c)
+		if len(g.conns) == 0 && g.peak >= 1024 {
+			// Give back the room of a crowd that has left: a Go map
+			// never shrinks.
+			g.conns, g.peak = map[net.Conn]*pendingHead{}, 0
+		}
 	}
 	g.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		g.open.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		g.open.Add(-1)
+	}
 	if h == nil {
 		return
 	}

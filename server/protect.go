@@ -22,8 +22,12 @@ import (
 type Protection struct {
 	// MemoryLimit is the server's memory budget in bytes (see
 	// rally.MemoryBudget): past 80% of it, measured as the larger of what
-	// clients hold and what the Go runtime holds, new WebSocket
-	// handshakes get 503; past 90%, the largest slow send queues are shed.
+	// clients hold and what the Go runtime holds, the largest slow send
+	// queues and messages being gathered are shed; once what clients hold
+	// passes 90% of it, or the runtime holds all of it, new WebSocket
+	// handshakes get 503 (see rally.MemoryBudget.AdmitsNew). Messages
+	// being gathered may hold half of it, and must keep arriving (see
+	// rally.MemoryBudgetOptions).
 	// 0 means DefaultMemoryLimit(); negative means no limit (memory is
 	// still accounted and shown in /metrics). Ignored when MemoryBudget is
 	// set.
@@ -91,6 +95,7 @@ type guard struct {
 	opsAddr      atomic.Value // string
 	opsLn        *opsListener
 	open         openConns
+	httpConns    atomic.Int64 // TCP connections net/http serves, not yet WebSockets
 	shedConns    prometheus.Counter
 	acceptErrors *prometheus.CounterVec
 }
@@ -153,12 +158,19 @@ const (
 // back at once rather than leaving it to the background scavenger.
 const idleFreeBytes = 64 << 20
 
-// massDisconnect is how many connections must have closed since the
+// massDisconnect is how many connections (WebSockets, and TCP
+// connections still in their request) must have closed since the
 // last return of memory to the OS (from the most open since) for the
 // memory watch to collect and return memory again. A burst of closes is
 // seen over several ticks, and what closing connections release comes
 // after their count drops: the next return, freeInterval later, takes it.
 const massDisconnect = 100
+
+// massRelease is how much of what clients held (as charged to the
+// budget) must have been given back since the last return of memory to
+// the OS for the memory watch to return it again: slow readers cut one by
+// one during an attack leave their buffers pooled for reuse.
+const massRelease = 64 << 20
 
 // watchMemory tells the budget, every quarter second until ctx ends, how
 // much memory the Go runtime holds (heap and stacks in use, not what is
@@ -169,9 +181,10 @@ const massDisconnect = 100
 // reclaimed yet (the queues of connections just cut; nothing allocates
 // once a load has ended): when that is what makes the pressure, it forces
 // a collection (at most once per gcInterval), so that new clients are not
-// refused for memory that is not held; after a mass disconnect, or when
-// the runtime keeps much more free memory than idleFreeBytes, it gives it
-// back to the OS (debug.FreeOSMemory, at most once per freeInterval), so
+// refused for memory that is not held; after a mass disconnect, once
+// clients gave back much of what they held, or when the runtime keeps
+// much more free memory than idleFreeBytes, it gives it back to the OS
+// (two collections and debug.FreeOSMemory, at most once per freeInterval), so
 // that RSS goes back down after the load. Neither runs
 // on a connection's path.
 func (s *Server) watchMemory(ctx context.Context) {
@@ -193,23 +206,33 @@ func (s *Server) watchMemory(ctx context.Context) {
 	defer t.Stop()
 	var lastGC, lastFree time.Time
 	again := false
-	peakConns := s.conns.Load()
+	// Connections are WebSockets and TCP connections whose request is
+	// still served (a slowloris closes only those).
+	connections := func() int64 { return s.conns.Load() + s.httpConns.Load() }
+	peakConns := connections()
+	peakUsed := s.budget.Used()
 	for {
 		h := held()
 		s.budget.Observe(h)
-		conns := s.conns.Load()
+		conns := connections()
 		peakConns = max(peakConns, conns)
 		massGone := peakConns-conns >= massDisconnect
+		used := s.budget.Used()
+		peakUsed = max(peakUsed, used)
+		massReleased := peakUsed-used >= massRelease
 		idleFree := free >= idleFreeBytes && free >= h/2
-		if (massGone || idleFree || again) && time.Since(lastFree) >= freeInterval {
+		if (massGone || massReleased || idleFree || again) && time.Since(lastFree) >= freeInterval {
+			// Buffers pooled for reuse survive one collection (a
+			// sync.Pool keeps them for one more): two give them back.
+			runtime.GC()
 			debug.FreeOSMemory()
 			// Once more after the next interval: connections that just
 			// closed may still hold their buffers (a close handshake).
-			again = massGone
-			lastGC, lastFree, peakConns = time.Now(), time.Now(), conns
+			again = massGone || massReleased
+			lastGC, lastFree, peakConns, peakUsed = time.Now(), time.Now(), conns, used
 			s.budget.Observe(held())
 		}
-		pressed := !s.budget.AdmitsNew() && s.budget.Used() < s.budget.Limit()/10*8
+		pressed := s.budget.Pressure() >= rally.PressureElevated && s.budget.Used() < s.budget.Limit()/10*8
 		if pressed && time.Since(lastGC) >= gcInterval {
 			runtime.GC()
 			lastGC = time.Now()
@@ -217,7 +240,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 		}
 		n := s.budget.Relieve()
 		if s.budget.Pressure() >= rally.PressureElevated {
-			n += s.shedSlowest(held())
+			n += s.shedSlowest()
 		}
 		if n > 0 {
 			s.shedLog.warn("slow clients cut: memory budget under pressure", "cut", n,
@@ -265,8 +288,8 @@ var (
 	budgetPeak     = prometheus.NewDesc("rally_memory_budget_peak_bytes", "The most bytes charged at once, by category.", []string{"category"}, nil)
 	budgetRefused  = prometheus.NewDesc("rally_memory_budget_refusals_total", "Charges the memory budget refused, by category.", []string{"category"}, nil)
 	budgetLimit    = prometheus.NewDesc("rally_memory_limit_bytes", "The memory budget's limit (--memory-limit; 0: none).", nil, nil)
-	budgetPressure = prometheus.NewDesc("rally_memory_pressure", "The memory budget's pressure: 0 normal, 1 elevated (new handshakes get 503), 2 high (slow queues shed), 3 critical.", nil, nil)
-	budgetShed     = prometheus.NewDesc("rally_memory_shed_queues_total", "Send queues shed to make room in the memory budget.", nil, nil)
+	budgetPressure = prometheus.NewDesc("rally_memory_pressure", "The memory budget's pressure: 0 normal, 1 elevated (the largest slow queues and held messages shed), 2 high (new handshakes get 503 as well), 3 critical.", nil, nil)
+	budgetShed     = prometheus.NewDesc("rally_memory_shed_queues_total", "Send queues and messages being gathered shed to make room in the memory budget.", nil, nil)
 )
 
 func (c budgetCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -12,7 +12,7 @@ import (
 // Until connections charge their send queues to the memory budget (and
 // the budget sheds the largest itself), the server does it from the
 // outside: it keeps its open connections, and once the memory held passes
-// 80% of the limit (where new handshakes get 503) closes those with the
+// 80% of the limit (new handshakes get 503 from 90%) closes those with the
 // most waiting to be sent, largest first, until their queues make up what
 // is over 70%: slow readers give way before new clients are refused for
 // long.
@@ -25,8 +25,9 @@ const maxShedPerTick = 256
 
 // openConns is the set of open WebSocket connections of a server.
 type openConns struct {
-	mu sync.Mutex
-	m  map[*rally.Conn]struct{}
+	mu   sync.Mutex
+	m    map[*rally.Conn]struct{}
+	peak int // the most entries m has had: a Go map never shrinks
 }
 
 // trackConns makes the WebSocket endpoints keep openConns, and registers
@@ -38,6 +39,7 @@ func (s *Server) trackConns() {
 		ws.Open = func(c *rally.Conn) {
 			s.open.mu.Lock()
 			s.open.m[c] = struct{}{}
+			s.open.peak = max(s.open.peak, len(s.open.m))
 			s.open.mu.Unlock()
 			if open != nil {
 				open(c)
@@ -46,6 +48,10 @@ func (s *Server) trackConns() {
 		ws.Close = func(c *rally.Conn, ce *rally.CloseError) {
 			s.open.mu.Lock()
 			delete(s.open.m, c)
+			if len(s.open.m) == 0 && s.open.peak >= 1024 {
+				// Give back the room of a crowd that has left.
+				s.open.m, s.open.peak = map[*rally.Conn]struct{}{}, 0
+			}
 			s.open.mu.Unlock()
 			if closed != nil {
 				closed(c, ce)
@@ -60,12 +66,15 @@ func (s *Server) trackConns() {
 }
 
 // shedSlowest closes the connections with the largest send queues while
-// the memory held is over 70% of the limit, and returns how many it
-// closed. Their peers do not read (their queue cannot drain), so a close
-// frame would not reach them: the connection is cut.
-func (s *Server) shedSlowest(held int64) int {
+// what clients hold, as charged to the budget, is over 70% of the limit,
+// and returns how many it closed. Their peers do not read (their queue
+// cannot drain), so a close frame would not reach them: the connection is
+// cut. Memory the runtime holds beyond the charges (garbage not yet
+// collected) does not count: cutting readers would not give it back, and
+// a fast reader whose queue is large for a moment would be cut for it.
+func (s *Server) shedSlowest() int {
 	limit := s.budget.Limit()
-	excess := max(held, s.budget.Used()) - limit/10*7
+	excess := s.budget.Used() - limit/10*7
 	if limit <= 0 || excess <= 0 {
 		return 0
 	}

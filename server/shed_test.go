@@ -38,11 +38,11 @@ func TestUnderHighMemoryPressureTheSubscriberWithTheLargestQueueIsCut(t *testing
 			break
 		}
 	}
-	if !budget.Reserve(rally.MemoryAssembly, 950<<20) {
+	if !budget.Reserve(rally.MemoryHandshakes, 950<<20) {
 		t.Fatal("reserve refused")
 	}
 	<-ended // the memory watch cut the slow subscriber
-	budget.Release(rally.MemoryAssembly, 950<<20)
+	budget.Release(rally.MemoryHandshakes, 950<<20)
 	if v := metric(t, s.http, "rally_memory_shed_connections_total"); v != 1 {
 		t.Errorf("rally_memory_shed_connections_total = %v, want 1", v)
 	}
