@@ -203,10 +203,12 @@ func (b *MemoryBudget) Used() int64 { return b.total.Load() }
 // measure (for example the Go runtime's heap and stacks, read every few
 // hundred milliseconds). Pressure then takes the higher of this and what
 // is charged, so that memory the budget does not account (the program's
-// own, garbage not yet collected) still counts toward refusing new work;
-// and what connections hold (every category but MemoryHandshakes) stops
-// growing once it passes 85% of the limit, as the charges themselves do.
-// Request heads are checked against what is charged only.
+// own, garbage not yet collected) still counts toward shedding the
+// largest queues and messages and, at the limit itself, toward refusing
+// new connections. Charges are checked against what is charged only:
+// observed memory includes garbage, and refusing every connection's
+// charge because of it would fail the healthy connections (a fast
+// subscriber, a publisher) along with the slow ones that caused it.
 func (b *MemoryBudget) Observe(bytes int64) { b.observed.Store(bytes) }
 
 // Pressure returns the budget's pressure level now.
@@ -328,11 +330,6 @@ func (b *MemoryBudget) charge(cat MemoryCategory, n int64) bool {
 	ceiling := limit
 	if cat != MemoryHandshakes {
 		ceiling = percentOf(limit, clientPercent)
-		if b.observed.Load() > ceiling {
-			// What the process holds is past what connections may take
-			// (the charges' own memory, and what they do not count).
-			return b.refuse(cat)
-		}
 	}
 	if gathering(cat) {
 		share := percentOf(limit, b.opts.AssemblyShare)

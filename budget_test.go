@@ -147,21 +147,20 @@ func TestMemoryBudgetPressureLevels(t *testing.T) {
 	}
 }
 
-func TestMemoryBudgetPressureCountsObservedMemoryAndSoDoConnectionsCharges(t *testing.T) {
+func TestMemoryBudgetPressureCountsObservedMemoryButChargesDoNot(t *testing.T) {
 	b := NewMemoryBudget(1000)
 	b.Observe(960)
 	if b.Pressure() != PressureCritical || !b.AdmitsNew() {
 		t.Errorf("observed 960 of 1000: pressure %v, admits new %v; want critical, still admitting", b.Pressure(), b.AdmitsNew())
 	}
-	if b.Reserve(MemorySendQueues, 10) || b.Reserve(MemoryAssembly, 10) {
-		t.Error("a connection's charge succeeded with 96% of the limit observed")
+	// Observed memory sheds and, at the limit, refuses new connections;
+	// it never refuses a connection's charge, which is checked against
+	// what is charged (the healthy connections must go on).
+	if !b.Reserve(MemorySendQueues, 10) || !b.Reserve(MemoryAssembly, 10) {
+		t.Error("a connection's charge was refused because of observed memory")
 	}
-	if !b.Reserve(MemoryHandshakes, 500) {
+	if !b.Reserve(MemoryHandshakes, 490) {
 		t.Error("a request head was refused because of observed memory")
-	}
-	b.Observe(850)
-	if !b.Reserve(MemorySendQueues, 10) {
-		t.Error("a connection's charge was refused with 85% observed")
 	}
 	b.Observe(1000)
 	if b.AdmitsNew() {
