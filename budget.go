@@ -452,25 +452,15 @@ const maxShedPerCall = 4
 // power of two (a bucket boundary) at or above minTrackedQueue, so small
 // queues cost nothing. now == 0 removes the owner.
 func (b *MemoryBudget) track(owner queueOwner, old, now int64) {
-	if b == nil {
-		return
+	if b != nil {
+		b.queues.refile(owner, old, now)
 	}
-	from, to := queueBucket(old), queueBucket(now)
-	if from == to {
-		return
-	}
-	b.queues.move(owner, from, to)
 }
 
 // shedLargest sheds up to n owners, largest buckets first, and returns
 // how many it shed.
 func (b *MemoryBudget) shedLargest(n int) int {
-	k := b.queues.takeLargest(n)
-	for _, o := range k {
-		o.shedQueue()
-	}
-	b.shed.Add(uint64(len(k)))
-	return len(k)
+	return b.countShed(b.queues.shed(n, queueOwner.shedQueue))
 }
 
 // messageOwner is what gathers a message charged to the budget (a Conn).
@@ -486,25 +476,21 @@ type messageOwner interface {
 // after its charge went from old to now bytes (now == 0: the message
 // ended), as track does for send queues.
 func (b *MemoryBudget) trackMessage(owner messageOwner, old, now int64) {
-	if b == nil {
-		return
+	if b != nil {
+		b.messages.refile(owner, old, now)
 	}
-	from, to := queueBucket(old), queueBucket(now)
-	if from == to {
-		return
-	}
-	b.messages.move(owner, from, to)
 }
 
 // shedMessages sheds up to n of the largest messages being gathered and
 // returns how many it shed.
 func (b *MemoryBudget) shedMessages(n int) int {
-	k := b.messages.takeLargest(n)
-	for _, o := range k {
-		o.shedMessage()
-	}
-	b.shed.Add(uint64(len(k)))
-	return len(k)
+	return b.countShed(b.messages.shed(n, messageOwner.shedMessage))
+}
+
+// countShed counts k owners shed and returns k.
+func (b *MemoryBudget) countShed(k int) int {
+	b.shed.Add(uint64(k))
+	return k
 }
 
 // minTrackedQueue is the smallest queue the budget keeps track of for
@@ -532,6 +518,25 @@ func queueBucket(n int64) int {
 type sizeRegistry[T comparable] struct {
 	mu      sync.Mutex
 	buckets [numQueueBuckets]map[T]struct{}
+}
+
+// refile files o under its new size, now bytes, after it held old bytes:
+// it takes the lock only when the size crosses a bucket boundary at or
+// above minTrackedQueue; now == 0 removes o.
+func (r *sizeRegistry[T]) refile(o T, old, now int64) {
+	if from, to := queueBucket(old), queueBucket(now); from != to {
+		r.move(o, from, to)
+	}
+}
+
+// shed takes up to n of the largest owners and calls f on each; it
+// returns how many it took.
+func (r *sizeRegistry[T]) shed(n int, f func(T)) int {
+	k := r.takeLargest(n)
+	for _, o := range k {
+		f(o)
+	}
+	return len(k)
 }
 
 func (r *sizeRegistry[T]) move(o T, from, to int) {

@@ -11,10 +11,7 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require (
-	github.com/chromedp/cdproto v0.160.1 // indirect
-	pgregory.net/rapid v1.3.0
-)
+require github.com/chromedp/cdproto v0.160.1
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
