@@ -184,19 +184,7 @@ func startClientNode(t *testing.T, base, impl string, deliver func([]byte)) func
 	args = append(args, "client-js-peer.mjs", base, impl)
 	cmd := exec.Command(nodePath(t), args...)
 	cmd.Dir = dir
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout, stderr := startPiped(t, cmd)
 	ready := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {

@@ -448,19 +448,7 @@ func TestPythonWebsocketsClientTalksCompressedToRallyServer(t *testing.T) {
 func TestRallyClientTalksCompressedToPythonWebsocketsServer(t *testing.T) {
 	checkPython(t)
 	cmd := exec.Command(pythonPath, "-c", pythonDeflate, "server")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout, stderr := startPiped(t, cmd)
 	t.Cleanup(func() {
 		stdin.Close() // the server ends when stdin closes
 		done := make(chan struct{})

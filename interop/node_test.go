@@ -306,6 +306,26 @@ func sendResult(err string, sync bool) string {
 }
 
 // lockedBuffer collects a child's stderr.
+// startPiped starts cmd with pipes to its standard input and output and
+// its standard error kept in a buffer (for failure messages).
+func startPiped(t testing.TB, cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, *lockedBuffer) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, stdout, stderr
+}
+
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  []byte

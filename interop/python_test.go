@@ -163,19 +163,7 @@ func deref(c *pythonClose) pythonClose {
 func TestRallyClientTalksToPythonWebsocketsServer(t *testing.T) {
 	checkPython(t)
 	cmd := exec.Command(pythonPath, "python/interop_peer.py", "server")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout, stderr := startPiped(t, cmd)
 	lines := make(chan string, 64)
 	go func() {
 		defer close(lines)

@@ -205,7 +205,7 @@ func TestMainRejectsWrongIdleOptionsWith2(t *testing.T) {
 func TestIdleOverSeveralProcessesAddsUpWhatEachHeldAndTheBroadcast(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	var started []string
 	var mu sync.Mutex
