@@ -11,8 +11,9 @@ import (
 
 // Moving queued bytes to the transport: the direct write from the
 // sender's goroutine, the flushing goroutine that exists only while the
-// queue is non-empty, the completions and drain that follow, and the
-// write-stall timer. All of it runs under the write lock except the
+// queue is non-empty (or, for a connection an event loop owns, the loop
+// writing when the socket is writable), the completions and drain that
+// follow, and the write-stall timer. All of it runs under the write lock except the
 // blocking writes themselves (sendQueue invariant 8).
 
 // enqueueLocked hands frame f to the send queue's main lane and returns

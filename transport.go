@@ -26,6 +26,10 @@ var errAgain = errors.New("rally: would block")
 //   - streamTransport: any other net.Conn (TLS made elsewhere, a pipe). It
 //     cannot write without possibly blocking, so sends are queued and
 //     written by a flushing goroutine; reads block in Read.
+//   - loopTransport (loop_linux.go): a socket an event loop owns
+//     (Server.EventLoop). Writes are non-blocking system calls; what the
+//     kernel refuses is written by the loop when the socket is writable
+//     (no flushing goroutine); reads are the loop's, into its buffer.
 //
 // Lock order: tryWrite runs under the connection's write lock and takes
 // the socket's write lock inside RawConn.Write; flushQueue takes them the
