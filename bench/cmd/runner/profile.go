@@ -31,9 +31,12 @@ func profile(ctx context.Context, o options) error {
 	}
 	var p *peer
 	for i := range peers {
-		if peers[i].Name == "rally" {
+		if peers[i].Name == o.profilePeer {
 			p = &peers[i]
 		}
+	}
+	if p == nil || (p.Name != "rally" && p.Name != "rally-loop") {
+		return fmt.Errorf("-profile-peer %q: want rally or rally-loop", o.profilePeer)
 	}
 	tmp, err := os.MkdirTemp("", "rally-bench-")
 	if err != nil {
@@ -51,7 +54,7 @@ func profile(ctx context.Context, o options) error {
 	if err := os.MkdirAll(o.charts, 0o755); err != nil {
 		return err
 	}
-	out := filepath.Join(o.charts, "rally-"+sc.ID+".pprof")
+	out := filepath.Join(o.charts, p.Name+"-"+sc.ID+".pprof")
 	fetched := make(chan error, 1)
 	go func() {
 		// The load warms up for o.warmup before the profile starts.
@@ -80,9 +83,9 @@ func profile(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("go tool pprof: %w", err)
 	}
-	head := fmt.Sprintf("CPU profile of the rally peer in %s (%s), %d s under load:\n%s %s/s, server %.2f µs CPU per %s.\n%s\n",
-		sc.ID, sc.Title, profileSeconds, loadgen.Count(res.Rate), res.Unit, serverCPU(res), singular(res.Unit), classify(all))
-	txt := filepath.Join(o.charts, "rally-"+sc.ID+"-top.txt")
+	head := fmt.Sprintf("CPU profile of the %s peer in %s (%s), %d s under load:\n%s %s/s, server %.2f µs CPU per %s.\n%s\n",
+		p.Name, sc.ID, sc.Title, profileSeconds, loadgen.Count(res.Rate), res.Unit, serverCPU(res), singular(res.Unit), classify(all))
+	txt := filepath.Join(o.charts, p.Name+"-"+sc.ID+"-top.txt")
 	if err := os.WriteFile(txt, append([]byte(head), top...), 0o644); err != nil {
 		return err
 	}
