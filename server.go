@@ -204,6 +204,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
+		if (s.EventLoop || testEventLoop) && s.loops.handshake(s, nc) {
+			continue // a loop reads the head (loop_accept_linux.go)
+		}
 		go s.handshake(nc)
 	}
 }

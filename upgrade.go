@@ -120,18 +120,11 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	// Otherwise the buffer is handed over with the bytes in it: newConn
 	// takes ownership of them, and the buffer is never put back.
 
-	r, rf := p.request(nc)
-	if rf != nil {
-		return nil, nil, opts.handshakeFailed(nil, refuseRaw(nc, rf))
-	}
-	q := upgradeRequestOf(r)
-	key, rf := q.check(opts)
-	header := http.Header{}
-	n, rf := opts.negotiate(r, &q, header, rf)
+	r, answer, n, rf := p.answer(nc, opts)
 	if rf != nil {
 		return nil, r, opts.refused(r, refuseRaw(nc, rf), rf)
 	}
-	if _, err := nc.Write(appendSwitchingProtocols(make([]byte, 0, 160), key, n.subprotocol, n.ext, header)); err != nil {
+	if _, err := nc.Write(answer); err != nil {
 		nc.Close()
 		return nil, r, opts.handshakeFailed(r, fmt.Errorf("rally: accept: writing the 101 response: %w", err))
 	}
@@ -145,6 +138,27 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	}
 	c.data = n.data
 	return c, r, nil
+}
+
+// answer applies the handshake's rules and hooks, in the same order as
+// Accept, to the complete head p read from nc: it returns the request and
+// the bytes of the 101 response with what was negotiated, or the refusal
+// to answer with. The request is nil when the head's framing was wrong
+// (see request). Upgrade and the event loops' raw handshakes (see
+// loop_accept_linux.go) both answer through it.
+func (p *requestParser) answer(nc net.Conn, opts *AcceptOptions) (*http.Request, []byte, negotiation, *refusal) {
+	r, rf := p.request(nc)
+	if rf != nil {
+		return nil, nil, negotiation{}, rf
+	}
+	q := upgradeRequestOf(r)
+	key, rf := q.check(opts)
+	header := http.Header{}
+	n, rf := opts.negotiate(r, &q, header, rf)
+	if rf != nil {
+		return r, nil, n, rf
+	}
+	return r, appendSwitchingProtocols(make([]byte, 0, 160), key, n.subprotocol, n.ext, header), n, nil
 }
 
 // admitHead admits a request head that Upgrade is about to read on nc, of
