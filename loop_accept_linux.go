@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -199,6 +200,10 @@ func (l *loop) headEvent(h *loopHead) {
 	l.readHead(h)
 }
 
+// testHookHeadRead, when a test sets it, is told how many bytes of a head
+// the loop has parsed after each read of it.
+var testHookHeadRead atomic.Pointer[func(used int)]
+
 // readHead feeds what the socket has to h's parser, and answers the head
 // once it is complete or breaks a rule.
 func (l *loop) readHead(h *loopHead) {
@@ -220,6 +225,9 @@ func (l *loop) readHead(h *loopHead) {
 			return
 		}
 		n, done, perr := h.p.feed(l.buf[:k])
+		if hook := testHookHeadRead.Load(); hook != nil {
+			(*hook)(h.p.used)
+		}
 		if perr != nil {
 			l.headEnded(h)
 			h.refuse(perr.(*refusalError).rf, nil)
