@@ -80,9 +80,9 @@ type loopHead struct {
 // handshake hands nc, a connection Serve accepted, to the least loaded
 // loop, which reads its request head and answers it. It reports false,
 // leaving nc as it was, when nc is not a plain socket (a TLS listener's
-// connection) or cannot be taken from the Go runtime: a goroutine then
-// reads the head, as without loops. The handshake was counted in progress
-// (set.begin).
+// connection), no loop could be started, or the socket cannot be taken
+// from the Go runtime: a goroutine then reads the head, as without loops.
+// The handshake was counted in progress (set.begin).
 func (grp *loopGroup) handshake(s *Server, nc net.Conn) bool {
 	if tlsTransportOf(nc) != nil {
 		return false
@@ -91,41 +91,34 @@ func (grp *loopGroup) handshake(s *Server, nc net.Conn) bool {
 	if rc == nil {
 		return false
 	}
+	grp.mu.Lock()
+	l, err := grp.pick(s)
+	if err != nil {
+		grp.mu.Unlock()
+		return false
+	}
+	l.n++ // the loop runs while the head is read
+	grp.mu.Unlock()
 	fd, err := netpoll.Take(rc)
 	if err != nil {
+		grp.mu.Lock()
+		l.n--
+		grp.mu.Unlock()
+		l.wake() // a loop started for it stops again
 		return false
 	}
 	opts := s.acceptOptions()
 	if opts == nil {
 		opts = &defaultAcceptOptions
 	}
-	h := &loopHead{srv: s, opts: opts, fd: fd, local: nc.LocalAddr(), remote: nc.RemoteAddr()}
+	h := &loopHead{l: l, srv: s, opts: opts, fd: fd, local: nc.LocalAddr(), remote: nc.RemoteAddr()}
 	nc.Close() // the duplicate keeps the socket
-	grp.startHead(h)
+	l.post(loopTask{h: h})
 	return true
 }
 
 // defaultAcceptOptions are a nil Server.Options'.
 var defaultAcceptOptions AcceptOptions
-
-// startHead hands a socket whose head is to be read to the least loaded
-// loop. The handshake was counted in progress (set.begin).
-func (grp *loopGroup) startHead(h *loopHead) {
-	s := h.srv
-	grp.mu.Lock()
-	l, err := grp.pick(s)
-	if err != nil {
-		grp.mu.Unlock()
-		unix.Close(h.fd)
-		s.set.commit(nil)
-		h.opts.handshakeFailed(nil, fmt.Errorf("rally: accept: no event loop could be started: %w", err))
-		return
-	}
-	l.n++ // the loop runs while the head is read
-	grp.mu.Unlock()
-	h.l = l
-	l.post(loopTask{h: h})
-}
 
 // headTask is a loop task about h: its start, or the budget cutting it.
 func (l *loop) headTask(h *loopHead) {
