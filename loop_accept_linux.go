@@ -84,10 +84,7 @@ type loopHead struct {
 // from the Go runtime: a goroutine then reads the head, as without loops.
 // The handshake was counted in progress (set.begin).
 func (grp *loopGroup) handshake(s *Server, nc net.Conn) bool {
-	if tlsTransportOf(nc) != nil {
-		return false
-	}
-	rc := rawConnOf(nc)
+	rc := rawConnOf(nc) // nil for a TLS connection
 	if rc == nil {
 		return false
 	}
