@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -359,4 +360,53 @@ func headerText(h http.Header) string {
 	var b strings.Builder
 	h.Write(&b)
 	return b.String()
+}
+
+// The Server's hooks run, and subprotocols and compression are
+// negotiated, as without loops: the same answers, and the same data and
+// subprotocol on the connection.
+func TestLoopServeRunsTheHooksAndNegotiatesAsServeWithoutLoops(t *testing.T) {
+	who := func(r *http.Request) (any, *Rejection) {
+		if r.Header.Get("Authorization") == "" {
+			return nil, &Rejection{Status: 401, Header: http.Header{"Www-Authenticate": {"Bearer"}}, Body: "who are you?"}
+		}
+		return "alice", nil
+	}
+	authorized := "Authorization: Bearer x"
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+		opts AcceptOptions
+	}{
+		{"Authorize refuses", handshakeBytes("GET"), AcceptOptions{Authorize: who}},
+		{"Authorize refuses with a status out of range", handshakeBytes("GET"),
+			AcceptOptions{Authorize: func(*http.Request) (any, *Rejection) { return nil, &Rejection{Status: 200} }}},
+		{"Authorize attaches data", handshakeBytes("GET", authorized), AcceptOptions{Authorize: who}},
+		{"a subprotocol chosen", handshakeBytes("GET", "Sec-WebSocket-Protocol: chat, chat.v2"),
+			AcceptOptions{Subprotocols: []string{"chat.v2", "chat"}}},
+		{"SelectSubprotocol choosing one not offered", handshakeBytes("GET", "Sec-WebSocket-Protocol: chat"),
+			AcceptOptions{SelectSubprotocol: func(*http.Request, []string) string { return "other" }}},
+		{"permessage-deflate", handshakeBytes("GET", "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"),
+			AcceptOptions{Compression: &CompressionOptions{ServerNoContextTakeover: true}}},
+		{"ResponseHeader", handshakeBytes("GET"),
+			AcceptOptions{ResponseHeader: func(r *http.Request, h http.Header) { h.Set("X-Node", "a") }}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var answers [2]string
+			for i, loop := range []bool{false, true} {
+				opts := tc.opts
+				opened := make(chan string, 1)
+				s := &Server{EventLoop: loop, EventLoops: 1, Options: &opts,
+					Open: func(c *Conn) { opened <- fmt.Sprintf("data %v, subprotocol %q", c.Data(), c.Subprotocol()) }}
+				resp, body, _ := exchange(t, serveRaw(t, s), tc.raw)
+				answers[i] = resp.Status + "\n" + headerText(resp.Header) + "\n" + body
+				if resp.StatusCode == http.StatusSwitchingProtocols {
+					answers[i] += "\n" + <-opened
+				}
+			}
+			if answers[0] != answers[1] {
+				t.Fatalf("goroutine mode answered\n%s\nevent loops answered\n%s", answers[0], answers[1])
+			}
+		})
+	}
 }
