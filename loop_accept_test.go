@@ -410,3 +410,44 @@ func TestLoopServeRunsTheHooksAndNegotiatesAsServeWithoutLoops(t *testing.T) {
 		})
 	}
 }
+
+// A head still arriving when Shutdown begins is answered when it is
+// complete, and its connection told to go at once with 1001; Shutdown
+// waits for it.
+func TestLoopServeTellsAConnectionWhoseHeadCameDuringShutdownToGo(t *testing.T) {
+	reads := watchHeadReads(t)
+	s := loopEchoServer(nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	nc := dialTCP(t, ln.Addr().String())
+	head := handshakeBytes("GET")
+	nc.Write(head[:len(head)-2])
+	waitHeadRead(t, reads, len(head)-2)
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if err := <-served; err != http.ErrServerClosed {
+		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+	}
+	nc.Write([]byte("\r\n"))
+	br := bufio.NewReader(nc)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("answer %v, %v; want 101", resp, err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil || got[0] != 0x88 || got[2] != 0x03 || got[3] != 0xe9 {
+		t.Fatalf("got % x, %v; want a close frame with 1001", got, err)
+	}
+	io.ReadFull(br, make([]byte, int(got[1])-2)) // the reason
+	nc.Write([]byte{0x88, 0x82, 0, 0, 0, 0, 0x03, 0xe9})
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the close handshake: %v, want the end of the stream", err)
+	}
+	nc.Close() // the server waits for the client to close TCP first
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
