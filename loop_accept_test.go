@@ -244,10 +244,11 @@ func TestLoopServeHoldsHeadsWithoutAGoroutineEachAndLeavesNothingBehind(t *testi
 	for range n {
 		waitHeadRead(t, reads, len(part))
 	}
-	// Serve's goroutine and the loops', nothing per head.
-	if g := runtime.NumGoroutine(); g > gBefore+1+s.EventLoops {
+	// Serve's goroutine and, per loop, its goroutine and those of its
+	// watchdog and sweep timers if they happen to fire: nothing per head.
+	if most := 1 + 3*s.EventLoops; runtime.NumGoroutine() > gBefore+most {
 		t.Fatalf("%d goroutines with %d heads in progress, %d before: want at most %d more",
-			g, n, gBefore, 1+s.EventLoops)
+			runtime.NumGoroutine(), n, gBefore, most)
 	}
 	// Half finish their handshake and are served, half go away.
 	for i, nc := range ncs {
