@@ -42,6 +42,9 @@ type request struct {
 	Self  bool            `json:"self"`
 	// Offset and Epoch, on a subscribe, are the last position the client
 	// saw: it asks for what it missed since.
+	//
+	// Data and ID may point into the message (decodeRequest): valid
+	// during the Message callback only.
 	Offset *uint64 `json:"offset"`
 	Epoch  string  `json:"epoch"`
 }
@@ -90,7 +93,7 @@ func (s *Server) wsMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 		return
 	}
 	var req request
-	if err := json.Unmarshal(p, &req); err != nil {
+	if err := decodeRequest(p, &req); err != nil {
 		s.count("invalid", len(p))
 		c.Close(rally.ClosePolicyViolation, "message is not a JSON object of the protocol")
 		return
@@ -160,7 +163,9 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 		s.subs.Add(1)
 		s.m.subscriptions.Inc()
 		// The answer comes from subscribeHistory, id or not.
-		s.subscribeHistory(c, req.Topic, req.ID, from, client)
+		// (Its own goroutine answers, after the callback: req.ID may
+		// point into the message.)
+		s.subscribeHistory(c, req.Topic, bytes.Clone(req.ID), from, client)
 		return nil
 	}
 	if err := s.hub.Subscribe(c, req.Topic); err != nil {
