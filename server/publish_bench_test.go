@@ -28,33 +28,8 @@ import (
 //     net/http itself allocates per request is not counted), with a JSON
 //     body and with a text body.
 func BenchmarkServePublish(b *testing.B) {
-	const subscribers, data = 32, `"0123456789abcd"` // 16 bytes of JSON
-	s, ws := serveWithOpen(b, Config{BufferLimit: 64 << 20})
-	for range subscribers {
-		p, _, err := rawpeer.DialClient(strings.TrimPrefix(ws.addr, "ws://"), "/ws", nil, 5*time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { p.Close() })
-		<-ws.opened
-		if err := p.WriteFrame(rawpeer.Text(`{"type":"subscribe","topic":"bench","id":1}`)); err != nil {
-			b.Fatal(err)
-		}
-		if f, err := p.ReadFrame(); err != nil || string(f.Payload) != `{"type":"ack","id":1}` {
-			b.Fatalf("subscribe: %q, %v", f.Payload, err)
-		}
-		nc := p.NetConn()
-		nc.SetReadDeadline(time.Time{})
-		go io.Copy(io.Discard, nc)
-	}
-	pp, _, err := rawpeer.DialClient(strings.TrimPrefix(ws.addr, "ws://"), "/ws", nil, 5*time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pp.Close() })
-	pub := <-ws.opened
-	go io.Copy(io.Discard, pp.NetConn()) // the acks
-	pp.NetConn().SetReadDeadline(time.Time{})
+	const data = `"0123456789abcd"` // 16 bytes of JSON
+	s, pub := publishSetup(b, 32)
 
 	for _, id := range []string{"", `,"id":7`} {
 		req := []byte(`{"type":"publish","topic":"bench","data":` + data + id + `}`)
@@ -113,6 +88,41 @@ func BenchmarkServePublish(b *testing.B) {
 			}
 		})
 	}
+}
+
+// publishSetup serves rally serve with subscribers raw /ws clients
+// subscribed to the topic "bench", which read and discard, and returns
+// the server and its side of one more /ws connection, to publish from.
+func publishSetup(t testing.TB, subscribers int) (*Server, *rally.Conn) {
+	t.Helper()
+	s, ws := serveWithOpen(t, Config{BufferLimit: 64 << 20})
+	addr := strings.TrimPrefix(ws.addr, "ws://")
+	for range subscribers {
+		p, _, err := rawpeer.DialClient(addr, "/ws", nil, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		<-ws.opened
+		if err := p.WriteFrame(rawpeer.Text(`{"type":"subscribe","topic":"bench","id":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := p.ReadFrame(); err != nil || string(f.Payload) != `{"type":"ack","id":1}` {
+			t.Fatalf("subscribe: %q, %v", f.Payload, err)
+		}
+		nc := p.NetConn()
+		nc.SetReadDeadline(time.Time{})
+		go io.Copy(io.Discard, nc)
+	}
+	pp, _, err := rawpeer.DialClient(addr, "/ws", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pp.Close() })
+	pub := <-ws.opened
+	pp.NetConn().SetReadDeadline(time.Time{})
+	go io.Copy(io.Discard, pp.NetConn()) // the acks
+	return s, pub
 }
 
 // reusedBody is a request body that can be read again after Reset.
