@@ -18,7 +18,13 @@ const (
 	MemoryHandshakes MemoryCategory = iota
 	// MemoryAssembly is messages being assembled from their frames.
 	MemoryAssembly
-	// MemoryInflate is the output of decompressing messages.
+	// MemoryInflate is compressed messages (permessage-deflate) being
+	// assembled: what they inflate to, as it is gathered, not the bytes
+	// that arrived. A message streamed with Conn.Reader is not gathered:
+	// the inflater hands it out 32 KiB at most at a time. The inflater's
+	// own state (36 KiB while a message is inflated, and the 32 KiB
+	// window a connection with context takeover keeps between messages)
+	// is a cost per connection, not charged.
 	MemoryInflate
 	// MemorySendQueues is what waits in connections' send queues, capacity
 	// included.
@@ -571,4 +577,15 @@ func (r *sizeRegistry[T]) takeLargest(n int) []T {
 		}
 	}
 	return out
+}
+
+// gatherCategory is what a message whose gathering starts now is charged
+// to: MemoryInflate when its bytes come out of the inflater (a compressed
+// message, charged for what it inflates to, not for what arrived), else
+// MemoryAssembly. Both share AssemblyShare.
+func (c *Conn) gatherCategory() MemoryCategory {
+	if c.z != nil && c.z.inflating {
+		return MemoryInflate
+	}
+	return MemoryAssembly
 }
