@@ -2,6 +2,7 @@ package rally
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -521,13 +522,33 @@ func queueBucket(n int64) int {
 // sizeRegistry keeps the owners of large queues (or messages) in
 // power-of-two buckets of their size, as Envoy's overload manager does
 // for its streams, so that the largest can be found without sorting.
+//
+// It is split in shards, each with its own lock, an owner always in the
+// same one: a thousand connections whose messages grow at once each take
+// one shard's lock a few times, and a lock holder that the scheduler
+// preempts (a machine busy reading what they send) holds up only the
+// owners of its shard, not every one of them (one lock made a convoy that
+// kept the readers waiting about 120 ms each in the first second of
+// `rally bench partial` at /echo's limit).
 type sizeRegistry[T comparable] struct {
+	seed   maphash.Seed // picks an owner's shard
+	count  [numQueueBuckets]atomic.Int64
+	shards [registryShards]registryShard[T]
+	once   sync.Once
+	next   atomic.Uint32 // the shard takeLargest starts from, in turn
+}
+
+// registryShards is the number of locks of a sizeRegistry.
+const registryShards = 16
+
+type registryShard[T comparable] struct {
 	mu      sync.Mutex
 	buckets [numQueueBuckets]map[T]struct{}
+	_       [64]byte // a shard's lock on a cache line of its own
 }
 
 // refile files o under its new size, now bytes, after it held old bytes:
-// it takes the lock only when the size crosses a bucket boundary at or
+// it takes a lock only when the size crosses a bucket boundary at or
 // above minTrackedQueue; now == 0 removes o.
 func (r *sizeRegistry[T]) refile(o T, old, now int64) {
 	if from, to := queueBucket(old), queueBucket(now); from != to {
@@ -546,34 +567,49 @@ func (r *sizeRegistry[T]) shed(n int, f func(T)) int {
 }
 
 func (r *sizeRegistry[T]) move(o T, from, to int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.once.Do(func() { r.seed = maphash.MakeSeed() })
+	sh := &r.shards[maphash.Comparable(r.seed, o)%registryShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if from >= 0 {
-		delete(r.buckets[from], o)
+		if _, ok := sh.buckets[from][o]; ok {
+			delete(sh.buckets[from], o)
+			r.count[from].Add(-1)
+		}
 	}
 	if to >= 0 {
-		if r.buckets[to] == nil {
-			r.buckets[to] = map[T]struct{}{}
+		if sh.buckets[to] == nil {
+			sh.buckets[to] = map[T]struct{}{}
 		}
-		r.buckets[to][o] = struct{}{}
+		if _, ok := sh.buckets[to][o]; !ok {
+			sh.buckets[to][o] = struct{}{}
+			r.count[to].Add(1)
+		}
 	}
 }
 
 // takeLargest removes and returns up to n owners, from the largest bucket
-// down. Within a bucket (sizes within a factor of two) any will do. An
-// owner taken is tracked again when its queue next crosses a bucket
-// boundary; one that is closing releases everything and leaves.
+// down, visiting only buckets that hold some and, in each, the shards in
+// turn from a different one each time. Within a bucket (sizes within a
+// factor of two) any will do. An owner taken is tracked again when its
+// queue next crosses a bucket boundary; one that is closing releases
+// everything and leaves.
 func (r *sizeRegistry[T]) takeLargest(n int) []T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []T
+	first := int(r.next.Add(1))
 	for i := numQueueBuckets - 1; i >= 0 && len(out) < n; i-- {
-		for o := range r.buckets[i] {
-			if len(out) == n {
-				break
+		for j := 0; j < registryShards && len(out) < n && r.count[i].Load() > 0; j++ {
+			sh := &r.shards[(first+j)%registryShards]
+			sh.mu.Lock()
+			for o := range sh.buckets[i] {
+				if len(out) == n {
+					break
+				}
+				delete(sh.buckets[i], o)
+				r.count[i].Add(-1)
+				out = append(out, o)
 			}
-			delete(r.buckets[i], o)
-			out = append(out, o)
+			sh.mu.Unlock()
 		}
 	}
 	return out
