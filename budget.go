@@ -100,6 +100,28 @@ func (p Pressure) String() string {
 // a message that would need more memory is failed with 1009 or 1013, the
 // largest slow send queues are shed first).
 //
+// Send queues are the exception to "charged before memory is taken": what
+// a user can rely on is
+//   - a non-blocking send (Conn.Send, SendCompress, a PreparedMessage)
+//     that would wait in the queue (the peer is not taking bytes) is
+//     checked first: if its frame does not fit in what connections may
+//     hold, the connection's buffer-limit policy applies at once, as past
+//     ConnOptions.BufferLimit (Dropped, or closed with the policy's code),
+//     and the largest queues are cut as below;
+//   - the queue's buffers grow first and are charged right after (within
+//     the same call, before the write lock is released), at their
+//     capacity, not the bytes in them. So one growth (a buffer doubling,
+//     or a blocking Write, a Writer's fragment or a control frame, which
+//     are not checked first) may take the budget past its share for
+//     connections, or past the limit, by that much;
+//   - when a growth takes what is charged past that share, the largest
+//     queues (64 KiB or more, up to four at a time) are cut at once,
+//     whatever the buffer-limit policy: their peers are not reading, so
+//     no close frame is sent; the application sees a *CloseError with
+//     code 1006;
+//   - Relieve sheds the same way from PressureElevated, which observed
+//     memory (Observe) reaches first.
+//
 // One budget may be shared by several servers of a process, so that their
 // sum is bounded. Charging and releasing are lock-free; every method is
 // safe for concurrent use. The zero value is not usable: use
