@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -647,28 +646,4 @@ func (c *Conn) gatherCategory() MemoryCategory {
 		return MemoryInflate
 	}
 	return MemoryAssembly
-}
-
-// yieldEvery is how many bytes of a message a goroutine gathers before it
-// lets the others run (see yieldWhileGathering).
-const yieldEvery = 64 << 10
-
-// yieldWhileGathering lets other goroutines run once a connection's
-// goroutine has gathered yieldEvery bytes of a message since it last did,
-// and returns the bytes gathered since. A peer that sends a large message
-// as fast as it can keeps its socket readable, so its goroutine would
-// otherwise hold the processor until the scheduler preempts it (10 ms):
-// with a thousand such peers (rally bench partial), a fresh client's
-// handshake and echo each waited behind a whole time slice of every one
-// of them. Yielding each 64 KiB makes them take turns in slices of a read
-// or so. A yield costs about 70 ns, copying 64 KiB once about 4 µs
-// (and gathered bytes are copied twice). An event loop
-// (which must not block, and serves its connections in turn) does not
-// yield.
-func (c *Conn) yieldWhileGathering(n int) int {
-	if n < yieldEvery || c.rd.loop {
-		return n
-	}
-	runtime.Gosched()
-	return 0
 }

@@ -47,7 +47,6 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 	if m.buf != nil {
 		m.pace.resume() // a Read whose context ended left it half gathered
 	}
-	var unyielded int // bytes gathered since this goroutine last yielded
 	for {
 		ev, err := c.nextEvent(ctx)
 		if err != nil {
@@ -83,7 +82,6 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 		}
 		m.append(ev.payload)
 		m.pace.arrived(len(ev.payload))
-		unyielded = c.yieldWhileGathering(unyielded + len(ev.payload))
 		if ev.fin {
 			m.pace.stop()
 			m.handed = true
