@@ -620,7 +620,11 @@ func (l *loop) windDown(t *loopTransport) {
 		if err == errAgain {
 			return
 		}
-		if err != nil || n == 0 {
+		t.dropped += n
+		// At most lingerBytes are dropped, as in goroutine mode: a peer
+		// that keeps sending after the close is cut, not read until the
+		// close timeout.
+		if err != nil || n == 0 || t.dropped >= lingerBytes {
 			c.finish(c.rd.end)
 			return
 		}
@@ -768,6 +772,7 @@ type loopTransport struct {
 	reads   int
 	winding bool // the read side ended with a close frame: winding TCP down
 	shut    bool // the sending side is shut
+	dropped int  // bytes read and dropped while winding down (at most lingerBytes)
 	closed  bool
 
 	iov [2]syscall.Iovec

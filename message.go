@@ -51,8 +51,12 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 		ev, err := c.nextEvent(ctx)
 		if err != nil {
 			// Gathering is suspended (a context ended) or over: what the
-			// application does not read is not the peer's slowness.
-			m.pace.stop()
+			// application does not read is not the peer's slowness. An
+			// event loop that used up what arrived (errLoopDry) is waiting
+			// for the peer: the bound goes on.
+			if err != errLoopDry {
+				m.pace.stop()
+			}
 			if c.rd.end != nil && m.buf != nil {
 				// The connection ended within the message: nothing will
 				// come of it, so its memory and its charge go back now.
