@@ -343,8 +343,7 @@ func TestEventLoopWriteInACallbackDoesNotWaitForASlowPeer(t *testing.T) {
 			results <- nil
 		},
 	}
-	p := dialPeer(t, serve(t, s))
-	tcpOf(p.NetConn()).SetReadBuffer(4 << 10)
+	p := dialStalledPeer(t, serve(t, s), nil)
 	p.WriteRaw(maskedZero(hx("81 02 67 6f")))
 	select {
 	case err := <-results:
