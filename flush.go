@@ -48,9 +48,9 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		// The transport took part of it, or nothing: keep the rest.
 		var seq uint64
 		if n < len(f.hdr) {
-			seq = q.pushTaken(n, f.hdr[n:], f.payload, false, f.keep, f.done)
+			seq = q.pushTaken(n, f.hdr[n:], f.payload, f.shared, false, f.keep, f.done)
 		} else {
-			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], false, f.keep, f.done)
+			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], f.shared, false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
 		q.ahead = c.t.aheadOfKernel()
@@ -62,7 +62,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	// The completion joins the record only once the write attempt did not
 	// fail: a failure here is reported by the caller, once.
-	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, nil)
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, nil)
 	if direct && !c.wr.flushing {
 		c.kickLocked(inline)
 		if c.wr.err != nil {
@@ -94,7 +94,9 @@ func (c *Conn) kickLocked(inline bool) {
 	}
 	q := &c.wr.q
 	for q.queued() > 0 {
-		n, err := c.t.tryWrite(q.pending(), nil)
+		g := q.gatherLent()
+		n, err := c.t.tryWritev(*g)
+		putGather(g)
 		if err != nil {
 			c.failWriteLocked(err)
 			return
@@ -200,7 +202,7 @@ func (c *Conn) writeSomeLocked(until uint64) error {
 		c.wr.stepErr = nil
 		return err
 	}
-	p := q.pending()
+	p := q.segment()
 	if len(p) > streamChunk {
 		p = p[:streamChunk]
 	}
@@ -233,7 +235,9 @@ func (c *Conn) flushStep() bool {
 		if c.wr.until > 0 && q.doneSeq >= c.wr.until {
 			return true
 		}
-		n, err := c.t.writeNow(q.pending())
+		g := q.gatherLent()
+		n, err := c.t.writeNow(*g)
+		putGather(g)
 		if err != nil {
 			c.wr.stepErr = err
 			return true

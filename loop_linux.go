@@ -630,7 +630,9 @@ func (l *loop) writable(t *loopTransport) {
 	}
 	var werr error
 	for c.wr.err == nil && q.queued() > 0 {
-		n, err := t.writeNow(q.pending())
+		g := q.gatherLent()
+		n, err := t.writeNow(*g)
+		putGather(g)
 		if err != nil {
 			werr = err
 			break
@@ -777,7 +779,22 @@ func (t *loopTransport) tryWrite(a, b []byte) (int, error) {
 	return n, err
 }
 
-func (t *loopTransport) writeNow(p []byte) (int, error) { return t.tryWrite(p, nil) }
+// tryWritev writes the slices of a gathered queue at once, in one
+// system call, without blocking. The caller holds the connection's write
+// lock.
+func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
+	if t.fd < 0 {
+		return 0, net.ErrClosed
+	}
+	t.l.writes.Add(1)
+	n, err := writevFd(uintptr(t.fd), bufs)
+	if err == errAgain {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (t *loopTransport) writeNow(bufs [][]byte) (int, error) { return t.tryWritev(bufs) }
 
 // flushQueue is not used: the loop writes the queue when the socket is
 // writable (startFlusher arms it).

@@ -171,6 +171,7 @@ type model struct {
 	limitCloses    bool // BufferLimitAction is CloseConnection
 	rallyClosing   bool // rally began a close handshake of its own
 	background     sync.WaitGroup
+	receivers      []*receiver // other connections sendFanOut sends to
 }
 
 func newModel(rt *rapid.T, cfg modelConfig) *model {
@@ -724,6 +725,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 		"SendBurst":     m.sendBurst,
 		"SendDone":      m.sendDone,
 		"SendPrepared":  m.sendPrepared,
+		"SendFanOut":    m.sendFanOut,
+		"SendReused":    m.sendReused,
 		"Write":         m.write,
 		"WritePrepared": m.writePrepared,
 		"WriterOpen":    m.writerOpen,
@@ -814,6 +817,147 @@ func (m *model) sendPrepared(t *rapid.T) {
 	st, err := m.c.SendPrepared(pm)
 	msg.result = fmt.Sprint(st, ", ", err)
 	msg.fate = m.sendFate(st, err, wasEnded)
+}
+
+// sendFanOut sends prepared messages as a chat room or a publish does:
+// each message goes to this connection and to others (connections of
+// earlier sequences whose peers are gone, and a message sent again), often
+// several in one cork, so that the queue gathers references to frames
+// other connections hold too. The frames must arrive whole and in order
+// here whatever the other connections do with them.
+func (m *model) sendFanOut(t *rapid.T) {
+	n := rapid.IntRange(1, 8).Draw(t, "fanOut")
+	corked := rapid.Bool().Draw(t, "fanOutCorked")
+	var pms []*rally.PreparedMessage
+	var msgs []*modelMsg
+	for range n {
+		msg := m.newMessage("SendPrepared(fan-out)", drawType(t), rapid.IntRange(0, 20000).Draw(t, "fanOutSize"))
+		pm, err := rally.NewPreparedMessage(msg.typ, msg.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pms, msgs = append(pms, pm), append(msgs, msg)
+	}
+	others := rapid.IntRange(0, 3).Draw(t, "fanOutOthers")
+	send := func() {
+		for i, pm := range pms {
+			wasEnded := m.ended()
+			st, err := m.c.SendPrepared(pm)
+			msgs[i].result = fmt.Sprint(st, ", ", err)
+			msgs[i].fate = m.sendFate(st, err, wasEnded)
+			for k := range others {
+				m.fanOut(t, k).send(t, pm)
+			}
+		}
+	}
+	if corked {
+		m.c.Cork(send)
+	} else {
+		send()
+	}
+}
+
+// receiver is another server connection sendFanOut sends the same
+// prepared messages to, over a socket pair with small buffers whose other
+// end reads them all: they must arrive there whole too.
+type receiver struct {
+	c        *rally.Conn
+	peer     net.Conn
+	sent     [][]byte // payloads of the messages accepted, in order
+	got      [][]byte // payloads the peer read
+	err      error    // why the peer's reading ended
+	readDone chan struct{}
+}
+
+// fanOut returns receiver k, connected on first use.
+func (m *model) fanOut(t *rapid.T, k int) *receiver {
+	for len(m.receivers) <= k {
+		c, peer, err := rally.ServerConnPairForTest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &receiver{c: c, peer: peer, readDone: make(chan struct{})}
+		go func() {
+			defer close(r.readDone)
+			p := rawpeer.NewPeer(peer, true)
+			p.SetReadTimeout(0)
+			for {
+				f, err := p.ReadFrame()
+				if err != nil {
+					r.err = err
+					return
+				}
+				r.got = append(r.got, f.Payload)
+			}
+		}()
+		m.receivers = append(m.receivers, r)
+	}
+	return m.receivers[k]
+}
+
+func (r *receiver) send(t *rapid.T, pm *rally.PreparedMessage) {
+	st, err := r.c.SendPrepared(pm)
+	if st == rally.Dropped || err != nil {
+		t.Fatalf("SendPrepared to a fan-out receiver returned %v, %v", st, err)
+	}
+	r.sent = append(r.sent, pm.Payload())
+}
+
+// closeReceivers waits until each receiver's peer has read what was sent
+// to it, checks it, and closes them (check false: only close).
+func (m *model) closeReceivers(check bool) {
+	for i, r := range m.receivers {
+		deadline := time.After(wireTimeout)
+		for check && r.c.BufferedAmount() > 0 {
+			select {
+			case <-deadline:
+				m.t.Fatalf("fan-out receiver %d: its peer reads, yet BufferedAmount stays %d", i, r.c.BufferedAmount())
+			case <-time.After(time.Millisecond):
+			}
+		}
+		r.c.CloseNow()
+		<-r.readDone
+		r.peer.Close()
+		if !check {
+			continue
+		}
+		if len(r.got) != len(r.sent) {
+			m.t.Fatalf("fan-out receiver %d: the peer read %d messages, %d were sent (reading ended with %v)", i, len(r.got), len(r.sent), r.err)
+		}
+		for j, p := range r.sent {
+			if !bytes.Equal(r.got[j], p) {
+				m.t.Fatalf("fan-out receiver %d: message %d of %d differs from the prepared message sent", i, j, len(r.sent))
+			}
+		}
+	}
+	m.receivers = nil
+}
+
+// sendReused sends messages from one buffer that is overwritten as soon
+// as each send returns (often in a cork, which gathers them): what
+// reaches the peer must be what the buffer held during the call.
+func (m *model) sendReused(t *rapid.T) {
+	n := rapid.IntRange(1, 8).Draw(t, "reused")
+	size := rapid.IntRange(0, 20000).Draw(t, "reusedSize")
+	scratch := make([]byte, 0, size+16)
+	send := func() {
+		for range n {
+			msg := m.newMessage("Send(reused buffer)", rally.Binary, size)
+			scratch = append(scratch[:0], msg.payload...)
+			wasEnded := m.ended()
+			st, err := m.c.Send(msg.typ, scratch)
+			for i := range scratch {
+				scratch[i] = 0xee
+			}
+			msg.result = fmt.Sprint(st, ", ", err)
+			msg.fate = m.sendFate(st, err, wasEnded)
+		}
+	}
+	if rapid.Bool().Draw(t, "reusedCorked") {
+		m.c.Cork(send)
+	} else {
+		send()
+	}
 }
 
 // blocking runs call, with the peer pinging meanwhile when drawn so.
@@ -1143,6 +1287,7 @@ func (m *model) abandon() {
 	}
 	m.pr.resume()
 	m.c.CloseNow()
+	m.closeReceivers(false)
 	m.pr.p.Close()
 	waitOrDump(m.pr.done, "the peer's reader")
 	waitOrDump(m.readEnded, "rally's Read")
@@ -1203,6 +1348,7 @@ func (m *model) finish() {
 		m.failed = m.failed || msg.fate == mayArrive
 	}
 	clean := !m.reset && !m.closeNowCalled && !m.failed
+	m.closeReceivers(true)
 	m.checkWire(clean)
 	m.checkCompletions()
 	m.checkGoroutines()

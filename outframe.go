@@ -16,6 +16,7 @@ type outFrame struct {
 	masked       bool
 	key          [4]byte
 	keep         bool // never withdrawn (sendQueue invariant 7)
+	shared       bool // payload is a PreparedMessage's frame: the queue may refer to it (sendQueue invariant 9)
 	done         func(error)
 	zbuf         *[]byte // the compressed payload's buffer, given back after queuing
 }
