@@ -65,6 +65,7 @@ type writeSide struct {
 	hdr      [frame.MaxHeaderSize]byte
 	err      error  // once set, every send fails with it
 	flushing bool   // a goroutine is writing the queue: nothing else writes to the transport
+	flushFn  func() // c.flushLoop, made once
 	until    uint64 // the flusher's goal: frame until has left (0: the queue is empty)
 	stepErr  error  // the transport's error seen by flushStep
 	progress chan struct{}

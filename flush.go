@@ -127,7 +127,10 @@ func (c *Conn) startFlusher() {
 		a.armWritable()
 		return
 	}
-	go c.flushLoop()
+	if c.wr.flushFn == nil {
+		c.wr.flushFn = c.flushLoop // made once: starting the goroutine allocates nothing more
+	}
+	go c.wr.flushFn()
 }
 
 // asyncWriter is a transport whose queue an event loop writes: armWritable

@@ -14,16 +14,16 @@ import (
 // does no I/O and takes no lock; the connection guards it with its write
 // lock and runs the completions it collects once that lock is released.
 //
-// Offsets (head, busy, start, tail and each record's end) count the bytes
+// Offsets (head, busy, start and each record's end) count the bytes
 // of the main lane as they go on the wire, owned and referred to alike;
 // ostart and oend place a record's owned bytes in buf.
 //
 // Invariants (asserted by queue_test.go after every operation):
 //
 //  1. Wire order. The records recs[first:] hold the main lane's bytes from
-//     head to tail, in order, each ending at its end offset; their owned
-//     bytes lie back to back in buf in the same order. Bytes before head
-//     have been taken by the transport.
+//     head to the last record's end, in order, each ending at its end
+//     offset; their owned bytes lie back to back in buf in the same order.
+//     Bytes before head have been taken by the transport.
 //  2. One completion per record, exactly once: a record completes when the
 //     transport has taken its last byte (advance), or with the error that
 //     stopped it (fail); a withdrawn record is completed by the caller
@@ -70,7 +70,6 @@ import (
 type sendQueue struct {
 	buf   *[]byte // owned bytes; borrowed while the queue holds some
 	head  int
-	tail  int // the offset just past the main lane's last byte
 	busy  int
 	ahead int // bytes after head the transport holds though the kernel has not taken them
 	recs  []record
@@ -120,7 +119,15 @@ type doneCall struct {
 }
 
 // queued is the number of bytes in the main lane not yet taken.
-func (q *sendQueue) queued() int { return q.tail - q.head }
+func (q *sendQueue) queued() int { return q.tail() - q.head }
+
+// tail is the offset just past the main lane's last byte.
+func (q *sendQueue) tail() int {
+	if q.first < len(q.recs) {
+		return q.recs[len(q.recs)-1].end
+	}
+	return q.head
+}
 
 // size is every byte accepted and not yet taken: the main lane and the
 // held lane.
@@ -234,8 +241,7 @@ func (q *sendQueue) appendOwned(a, b []byte) {
 func (q *sendQueue) appendRecord(r record, size int) {
 	r.oend = q.olen()
 	r.ostart = r.oend - (size - len(r.ref))
-	q.tail += size
-	r.end = q.tail
+	r.end = q.tail() + size
 	q.recs = append(q.recs, r)
 }
 
@@ -299,11 +305,11 @@ func (q *sendQueue) endStream() uint64 {
 	q.reserve(len(*q.held)) // may compact: the base is read after it
 	base := len(*q.buf)
 	*q.buf = append(*q.buf, *q.held...)
-	prev := 0
+	prev, tail := 0, q.tail()
 	for _, r := range q.heldRecs {
 		q.seq++
-		q.tail += r.end - prev
-		q.recs = append(q.recs, record{end: q.tail, ostart: base + prev, oend: base + r.end, seq: q.seq, keep: r.keep, done: r.done})
+		tail += r.end - prev
+		q.recs = append(q.recs, record{end: tail, ostart: base + prev, oend: base + r.end, seq: q.seq, keep: r.keep, done: r.done})
 		prev = r.end
 	}
 	q.dropHeld()
@@ -352,7 +358,7 @@ func (q *sendQueue) pushPong(f []byte) {
 			after = i + 1
 		}
 	}
-	at, off := len(q.recs), q.tail
+	at, off := len(q.recs), q.tail()
 	start := q.start
 	for i := q.first; i < len(q.recs); i++ {
 		if i >= after && q.unstarted(start) {
@@ -375,7 +381,6 @@ func (q *sendQueue) pushPong(f []byte) {
 		r.ostart += len(f)
 		r.oend += len(f)
 	}
-	q.tail += len(f)
 	q.recs = append(q.recs, record{})
 	copy(q.recs[at+1:], q.recs[at:])
 	q.recs[at] = record{end: off + len(f), ostart: pos, oend: pos + len(f), pong: true}
@@ -408,7 +413,7 @@ func (q *sendQueue) advance(n int) {
 		q.start = r.end
 		q.first++
 	}
-	if q.head == q.tail {
+	if q.first == len(q.recs) {
 		q.blocked = false
 		q.releaseIfEmpty()
 	}
@@ -449,7 +454,6 @@ func (q *sendQueue) remove(i, start int) {
 		s.ostart -= owned
 		s.oend -= owned
 	}
-	q.tail -= size
 	q.refs -= len(r.ref)
 	last := len(q.recs) - 1
 	copy(q.recs[i:], q.recs[i+1:])
@@ -475,7 +479,7 @@ func (q *sendQueue) fail(err error) {
 		}
 	}
 	q.dropHeld()
-	q.head = q.tail
+	q.head = q.tail()
 	q.first = len(q.recs)
 	q.refs = 0
 	q.blocked = false
@@ -485,12 +489,12 @@ func (q *sendQueue) fail(err error) {
 // releaseIfEmpty gives an empty main lane's buffer back, so an idle
 // connection holds none.
 func (q *sendQueue) releaseIfEmpty() {
-	if q.head != q.tail || q.busy != 0 {
+	if q.first != len(q.recs) || q.busy != 0 {
 		return
 	}
 	bufpool.Put(q.buf)
 	q.buf = nil
-	q.head, q.tail = 0, 0
+	q.head = 0
 	q.ahead = 0
 	clear(q.recs)
 	q.recs = q.recs[:0]
