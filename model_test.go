@@ -986,7 +986,16 @@ func (m *model) write(t *rapid.T) {
 	defer cancel()
 	msg.call += "(" + kind + ")"
 	wasEnded := m.ended()
-	err := m.blocking(t, func() error { return m.c.Write(ctx, msg.typ, msg.payload) })
+	// The caller's buffer is overwritten as soon as Write returns: the
+	// queue may have referred to it while the call waited, never after.
+	buf := append([]byte(nil), msg.payload...)
+	err := m.blocking(t, func() error {
+		err := m.c.Write(ctx, msg.typ, buf)
+		for i := range buf {
+			buf[i] = 0xee
+		}
+		return err
+	})
 	msg.result = fmt.Sprint(err)
 	msg.fate = m.blockingFate(err, wasEnded)
 	if err == nil {
