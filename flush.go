@@ -127,10 +127,11 @@ func (c *Conn) startFlusher() {
 		a.armWritable()
 		return
 	}
-	if c.wr.flushFn == nil {
-		c.wr.flushFn = c.flushLoop // made once: starting the goroutine allocates nothing more
+	m := c.wr.moreLocked()
+	if m.flushFn == nil {
+		m.flushFn = c.flushLoop // made once: starting the goroutine allocates nothing more
 	}
-	go c.wr.flushFn()
+	go m.flushFn()
 }
 
 // asyncWriter is a transport whose queue an event loop writes: armWritable
@@ -191,7 +192,7 @@ const streamChunk = 64 << 10
 // (tryWrite) checks it under the write lock first.
 func (c *Conn) writeSomeLocked(until uint64) error {
 	q := &c.wr.q
-	c.wr.until = until
+	c.wr.moreLocked().until = until
 	c.wr.mu.Unlock()
 	if c.stepFn == nil {
 		c.stepFn = c.flushStep
@@ -200,9 +201,9 @@ func (c *Conn) writeSomeLocked(until uint64) error {
 	c.wr.mu.Lock()
 	if ok {
 		if err == nil {
-			err = c.wr.stepErr
+			err = c.wr.more.stepErr
 		}
-		c.wr.stepErr = nil
+		c.wr.more.stepErr = nil
 		return err
 	}
 	p := q.segment()
@@ -235,14 +236,14 @@ func (c *Conn) flushStep() bool {
 		if c.wr.err != nil || q.queued() == 0 {
 			return true
 		}
-		if c.wr.until > 0 && q.doneSeq >= c.wr.until {
+		if c.wr.more.until > 0 && q.doneSeq >= c.wr.more.until {
 			return true
 		}
 		g := q.gatherLent()
 		n, err := c.t.writeNow(*g)
 		putGather(g)
 		if err != nil {
-			c.wr.stepErr = err
+			c.wr.more.stepErr = err
 			return true
 		}
 		if n == 0 {
@@ -250,7 +251,7 @@ func (c *Conn) flushStep() bool {
 			return false
 		}
 		c.advanceLocked(n)
-		if c.wr.until == 0 && len(q.dones) > 0 {
+		if c.wr.more.until == 0 && len(q.dones) > 0 {
 			return true
 		}
 	}
@@ -321,14 +322,15 @@ func (c *Conn) unlockWrite() {
 		return
 	}
 	dones := q.dones
-	q.dones = c.wr.spare[:0]
-	c.wr.spare = nil
+	m := c.wr.moreLocked()
+	q.dones = m.spare[:0]
+	m.spare = nil
 	c.wr.mu.Unlock()
 	c.runDones(dones)
 	// Keep the slice for the next completions: no allocation per send.
 	c.wr.mu.Lock()
-	if c.wr.spare == nil {
-		c.wr.spare = dones[:0]
+	if m.spare == nil {
+		m.spare = dones[:0]
 	}
 	c.wr.mu.Unlock()
 	if drain {
@@ -343,7 +345,7 @@ func (c *Conn) armStallLocked() {
 	if d <= 0 {
 		return
 	}
-	c.wr.stallAt = c.wr.taken
+	c.wr.moreLocked().stallAt = c.wr.taken
 	if c.wr.stall == nil {
 		c.wr.stall = time.AfterFunc(d, c.checkStall)
 		return
@@ -359,8 +361,8 @@ func (c *Conn) checkStall() {
 		c.wr.mu.Unlock()
 		return
 	}
-	if c.wr.taken != c.wr.stallAt {
-		c.wr.stallAt = c.wr.taken
+	if m := c.wr.moreLocked(); c.wr.taken != m.stallAt {
+		m.stallAt = c.wr.taken
 		c.wr.stall.Reset(c.opts.WriteStallTimeout)
 		c.wr.mu.Unlock()
 		return

@@ -79,8 +79,7 @@ type sendQueue struct {
 	start int
 	refs  int // bytes referred to by recs[first:] (invariant 9)
 
-	held     *[]byte // the held lane's bytes (invariant 6)
-	heldRecs []record
+	held *heldLane // invariant 6; made by the first hold
 
 	seq, doneSeq uint64
 	blocked      bool // invariant 4
@@ -95,6 +94,21 @@ type sendQueue struct {
 // walk over it) costs more than copying the bytes next to their header
 // and the frames around them.
 const refMin = 512
+
+// heldLane is the frames sent while a message is streamed (invariant 6):
+// their bytes, borrowed while there are some, and their records.
+type heldLane struct {
+	buf  *[]byte
+	recs []record
+}
+
+// heldBytes is the held lane's bytes, and its buffer's capacity.
+func (q *sendQueue) heldBytes() (n, capacity int) {
+	if q.held == nil || q.held.buf == nil {
+		return 0, 0
+	}
+	return len(*q.held.buf), cap(*q.held.buf)
+}
 
 // record is one frame in the queue. Its bytes are buf[ostart:oend]
 // followed by ref; a record the transport started may have fewer of them
@@ -132,11 +146,8 @@ func (q *sendQueue) tail() int {
 // size is every byte accepted and not yet taken: the main lane and the
 // held lane.
 func (q *sendQueue) size() int {
-	n := q.queued()
-	if q.held != nil {
-		n += len(*q.held)
-	}
-	return n
+	held, _ := q.heldBytes()
+	return q.queued() + held
 }
 
 // footprint is the memory the queue holds: its buffers' capacity and the
@@ -146,9 +157,8 @@ func (q *sendQueue) footprint() int64 {
 	if q.buf != nil {
 		n += cap(*q.buf)
 	}
-	if q.held != nil {
-		n += cap(*q.held)
-	}
+	_, held := q.heldBytes()
+	n += held
 	return int64(n)
 }
 
@@ -283,15 +293,19 @@ func (q *sendQueue) setDone(seq uint64, done func(error)) {
 func (q *sendQueue) hold(hdr, payload []byte, masked bool, key [4]byte, keep bool, done func(error)) {
 	n := len(hdr) + len(payload)
 	if q.held == nil {
-		q.held = bufpool.Get(n)
-	} else if len(*q.held)+n > cap(*q.held) {
-		nb := bufpool.Get(len(*q.held) + n)
-		*nb = append(*nb, *q.held...)
-		bufpool.Put(q.held)
-		q.held = nb
+		q.held = new(heldLane)
 	}
-	*q.held = appendFrame(q.held, hdr, payload, masked, key)
-	q.heldRecs = append(q.heldRecs, record{end: len(*q.held), keep: keep, done: done})
+	h := q.held
+	if h.buf == nil {
+		h.buf = bufpool.Get(n)
+	} else if len(*h.buf)+n > cap(*h.buf) {
+		nb := bufpool.Get(len(*h.buf) + n)
+		*nb = append(*nb, *h.buf...)
+		bufpool.Put(h.buf)
+		h.buf = nb
+	}
+	*h.buf = appendFrame(h.buf, hdr, payload, masked, key)
+	h.recs = append(h.recs, record{end: len(*h.buf), keep: keep, done: done})
 }
 
 // endStream ends a streamed message: the held lane joins the tail of the
@@ -299,14 +313,15 @@ func (q *sendQueue) hold(hdr, payload []byte, masked bool, key [4]byte, keep boo
 // It returns the sequence number of the last of them (0 if none).
 func (q *sendQueue) endStream() uint64 {
 	q.streaming = false
-	if q.held == nil {
+	if n, _ := q.heldBytes(); n == 0 {
 		return 0
 	}
-	q.reserve(len(*q.held)) // may compact: the base is read after it
+	h := q.held
+	q.reserve(len(*h.buf)) // may compact: the base is read after it
 	base := len(*q.buf)
-	*q.buf = append(*q.buf, *q.held...)
+	*q.buf = append(*q.buf, *h.buf...)
 	prev, tail := 0, q.tail()
-	for _, r := range q.heldRecs {
+	for _, r := range h.recs {
 		q.seq++
 		tail += r.end - prev
 		q.recs = append(q.recs, record{end: tail, ostart: base + prev, oend: base + r.end, seq: q.seq, keep: r.keep, done: r.done})
@@ -320,19 +335,31 @@ func (q *sendQueue) endStream() uint64 {
 // frame is about to end the connection in the middle of the streamed
 // message they wait for.
 func (q *sendQueue) failHeld(err error) {
-	for i := range q.heldRecs {
-		if d := q.heldRecs[i].done; d != nil {
-			q.dones = append(q.dones, doneCall{d, err})
-		}
-	}
+	q.failHeldRecs(err)
 	q.dropHeld()
 }
 
+func (q *sendQueue) failHeldRecs(err error) {
+	if q.held == nil {
+		return
+	}
+	for i := range q.held.recs {
+		if d := q.held.recs[i].done; d != nil {
+			q.dones = append(q.dones, doneCall{d, err})
+		}
+	}
+}
+
+// dropHeld empties the held lane (its records keep their capacity).
 func (q *sendQueue) dropHeld() {
-	bufpool.Put(q.held)
-	q.held = nil
-	clear(q.heldRecs)
-	q.heldRecs = q.heldRecs[:0]
+	h := q.held
+	if h == nil {
+		return
+	}
+	bufpool.Put(h.buf)
+	h.buf = nil
+	clear(h.recs)
+	h.recs = h.recs[:0]
 }
 
 // pushPong puts a pong frame (already framed and masked) in the control
@@ -473,11 +500,7 @@ func (q *sendQueue) fail(err error) {
 		}
 		r.ref = nil
 	}
-	for i := range q.heldRecs {
-		if d := q.heldRecs[i].done; d != nil {
-			q.dones = append(q.dones, doneCall{d, err})
-		}
-	}
+	q.failHeldRecs(err)
 	q.dropHeld()
 	q.head = q.tail()
 	q.first = len(q.recs)

@@ -456,9 +456,8 @@ func (m *qmodel) check(t *rapid.T) {
 	if q.buf != nil {
 		owned = cap(*q.buf)
 	}
-	if q.held != nil {
-		owned += cap(*q.held)
-	}
+	_, heldCap := q.heldBytes()
+	owned += heldCap
 	if q.footprint() != int64(owned+refs) {
 		t.Fatalf("footprint %d, want %d owned + %d referred to", q.footprint(), owned, refs)
 	}
