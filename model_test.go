@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,7 +224,16 @@ func newModel(rt *rapid.T, cfg modelConfig) *model {
 // over TLS when the configuration says so.
 func (m *model) open(opts rally.ConnOptions) {
 	t := m.t
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The raw peer's receive buffer is made small before its socket
+	// connects: shrunk afterwards, it would be smaller than the window
+	// already advertised (the kernel prunes, the sender backs off). The
+	// peer listens in the client configurations (accepted sockets inherit
+	// the listener's buffer) and dials in the others.
+	var lc net.ListenConfig
+	if !m.cfg.server {
+		lc.Control = smallModelReceiveBuffer
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +289,6 @@ func (m *model) open(opts rally.ConnOptions) {
 		if err != nil {
 			t.Fatalf("raw client handshake: %v", err)
 		}
-		tcpOf(p.NetConn()).SetReadBuffer(modelSocketBuffer)
 		m.c = <-conns
 		ln.Close()
 		<-served
@@ -304,7 +313,6 @@ func (m *model) open(opts rally.ConnOptions) {
 		if err != nil {
 			t.Fatalf("raw client handshake: %v", err)
 		}
-		tcpOf(p.NetConn()).SetReadBuffer(modelSocketBuffer)
 		m.c = <-conns
 		if m.c == nil {
 			p.Close()
@@ -313,7 +321,7 @@ func (m *model) open(opts rally.ConnOptions) {
 	} else {
 		peers := make(chan *rawpeer.Peer, 1)
 		go func() {
-			nc, err := accepted(func(tc *net.TCPConn) { tc.SetReadBuffer(modelSocketBuffer) })
+			nc, err := accepted(func(*net.TCPConn) {}) // small receive buffer from the listener
 			if err != nil {
 				peers <- nil
 				return
@@ -373,16 +381,32 @@ func (l *modelListener) Accept() (net.Conn, error) {
 
 // dialModelPeer connects a raw client peer to addr, over TLS when asked,
 // and does the opening handshake offering extensions ext.
-func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
-	if !overTLS {
-		p, _, err := rawpeer.DialClient(addr, "/", extHeader(ext), wireTimeout)
-		return p, err
+// smallModelReceiveBuffer is a dialer's or listener's Control: the raw
+// peer's socket gets a receive buffer of modelSocketBuffer before it
+// connects.
+func smallModelReceiveBuffer(network, address string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, modelSocketBuffer)
+	}); err != nil {
+		return err
 	}
-	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: wireTimeout}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	return serr
+}
+
+func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
+	d := &net.Dialer{Timeout: wireTimeout, Control: smallModelReceiveBuffer}
+	var nc net.Conn
+	var err error
+	if overTLS {
+		nc, err = tls.DialWithDialer(d, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	} else {
+		nc, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
-	p := rawpeer.NewPeer(tc, true)
+	p := rawpeer.NewPeer(nc, true)
 	p.SetTimeout(wireTimeout)
 	key := rawpeer.NewKey()
 	if err := p.WriteRaw(rawpeer.HandshakeRequest(addr, "/", key, extHeader(ext))); err != nil {
