@@ -9,8 +9,11 @@ import (
 // ServerConnPairForTest returns a server connection over one end of a Unix
 // socket pair with small buffers (a few KiB make backpressure), and the
 // other end, for tests outside the package that need many receivers
-// without handshakes.
-func ServerConnPairForTest() (*Conn, net.Conn, error) {
+// without handshakes. opts nil means no buffer limit.
+func ServerConnPairForTest(opts *ConnOptions) (*Conn, net.Conn, error) {
+	if opts == nil {
+		opts = &ConnOptions{BufferLimit: -1}
+	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		return nil, nil, err
@@ -26,5 +29,5 @@ func ServerConnPairForTest() (*Conn, net.Conn, error) {
 			return nil, nil, err
 		}
 	}
-	return newConn(ends[0], nil, true, "", &ConnOptions{BufferLimit: -1}), ends[1], nil
+	return newConn(ends[0], nil, true, "", opts), ends[1], nil
 }

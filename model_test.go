@@ -896,7 +896,7 @@ type receiver struct {
 // fanOut returns receiver k, connected on first use.
 func (m *model) fanOut(t *rapid.T, k int) *receiver {
 	for len(m.receivers) <= k {
-		c, peer, err := rally.ServerConnPairForTest()
+		c, peer, err := rally.ServerConnPairForTest(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
