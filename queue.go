@@ -92,7 +92,10 @@ type sendQueue struct {
 // refMin is the smallest payload the queue refers to rather than copies
 // (invariant 9). Below it, one more iovec in the gathered write (and the
 // walk over it) costs more than copying the bytes next to their header
-// and the frames around them.
+// and the frames around them. Measured: 32 prepared frames pushed,
+// gathered and written to a pipe with one writev, best of 5 (ns per
+// batch, copied / referred to): 128 B 3,143 / 7,070; 256 B 4,155 / 6,283;
+// 512 B 11,684 / 8,264; 1 KiB 20,886 / 9,224; 2 KiB 32,208 / 18,134.
 const refMin = 512
 
 // heldLane is the frames sent while a message is streamed (invariant 6):
