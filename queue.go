@@ -61,7 +61,11 @@ import (
 //     PreparedMessage's frame, immutable and shared by every receiver (the
 //     reference keeps it alive; nobody reuses it). The queue never writes
 //     to them, and drops the reference when the record completes, is
-//     withdrawn or fails. Only payloads of refMin bytes or more are
+//     withdrawn or fails. A record's chunk is the one exception: a pooled
+//     buffer the queue owns and copied a large payload into (chunkMin),
+//     referred to like the rest and given back to the pool when the
+//     reference is dropped, unless bytes are being written then (they may
+//     be its own; the garbage collector takes it). Only payloads of refMin bytes or more are
 //     referred to: a smaller one is cheaper to copy than to gather. A
 //     referred frame counts in size (BufferedAmount, the limit, drain) like
 //     an owned one, and in footprint (the memory budget's charge) by its
@@ -98,6 +102,12 @@ type sendQueue struct {
 // 512 B 11,684 / 8,264; 1 KiB 20,886 / 9,224; 2 KiB 32,208 / 18,134.
 const refMin = 512
 
+// chunkMin is the smallest payload the queue copies into a chunk of its
+// own (a pooled buffer it refers to, invariant 9) when buf has no room for
+// it, instead of growing buf: growing copies what buf holds, so a cork
+// gathering a few 16 KiB replies copied each byte about twice.
+const chunkMin = 4 << 10
+
 // heldLane is the frames sent while a message is streamed (invariant 6):
 // their bytes, borrowed while there are some, and their records.
 type heldLane struct {
@@ -120,10 +130,30 @@ type record struct {
 	end          int // offset just past the frame's last byte (in the held lane: in held)
 	ostart, oend int // its owned bytes in buf
 	ref          []byte
-	seq          uint64 // 0 for a pong
+	chunk        *[]byte // ref's buffer when the queue owns it (see chunkMin), given back when the record goes
+	seq          uint64  // 0 for a pong
 	pong         bool
 	keep         bool
 	done         func(error) // the sender's completion, if it asked for one
+}
+
+// charge is what the record's ref counts in refs: a chunk's capacity, or
+// the bytes referred to.
+func (r *record) charge() int {
+	if r.chunk != nil {
+		return cap(*r.chunk)
+	}
+	return len(r.ref)
+}
+
+// dropRef lets go of the record's ref (invariant 9), giving a chunk back
+// to the pool unless bytes are being written, which may be its own.
+func (q *sendQueue) dropRef(r *record) {
+	q.refs -= r.charge()
+	if r.chunk != nil && q.busy == 0 {
+		bufpool.Put(r.chunk)
+	}
+	r.ref, r.chunk = nil, nil
 }
 
 // present is how many of the record's bytes the queue still has.
@@ -228,11 +258,21 @@ func (q *sendQueue) segment() []byte {
 func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, shared bool, done func(error)) uint64 {
 	q.seq++
 	r := record{seq: q.seq, keep: keep, done: done}
-	if shared && !masked && len(payload) >= refMin {
+	switch {
+	case shared && !masked && len(payload) >= refMin:
 		q.appendOwned(hdr, nil)
 		r.ref = payload
 		q.refs += len(payload)
-	} else {
+	case len(payload) >= chunkMin && q.buf != nil && len(*q.buf)+len(hdr)+len(payload) > cap(*q.buf):
+		// A large payload that buf has no room for goes into a chunk of
+		// its own rather than making buf grow (which would copy every
+		// byte already in it).
+		q.appendOwned(hdr, nil)
+		r.chunk = bufpool.Get(len(payload))
+		*r.chunk = appendFrame(r.chunk, nil, payload, masked, key)
+		r.ref = *r.chunk
+		q.refs += cap(*r.chunk)
+	default:
 		q.reserve(len(hdr) + len(payload))
 		*q.buf = appendFrame(q.buf, hdr, payload, masked, key)
 	}
@@ -438,8 +478,7 @@ func (q *sendQueue) advance(n int) {
 			q.dones = append(q.dones, doneCall{r.done, nil})
 			r.done = nil
 		}
-		q.refs -= len(r.ref)
-		r.ref = nil
+		q.dropRef(r)
 		q.start = r.end
 		q.first++
 	}
@@ -484,7 +523,7 @@ func (q *sendQueue) remove(i, start int) {
 		s.ostart -= owned
 		s.oend -= owned
 	}
-	q.refs -= len(r.ref)
+	q.dropRef(&r)
 	last := len(q.recs) - 1
 	copy(q.recs[i:], q.recs[i+1:])
 	q.recs[last] = record{}
@@ -501,13 +540,12 @@ func (q *sendQueue) fail(err error) {
 			q.dones = append(q.dones, doneCall{r.done, err})
 			r.done = nil
 		}
-		r.ref = nil
+		q.dropRef(r)
 	}
 	q.failHeldRecs(err)
 	q.dropHeld()
 	q.head = q.tail()
 	q.first = len(q.recs)
-	q.refs = 0
 	q.blocked = false
 	q.releaseIfEmpty()
 }

@@ -110,9 +110,13 @@ func queueProperty(t *rapid.T) {
 					t.Skip("closed")
 				}
 				f := m.newFrame(t, false)
+				if rapid.IntRange(0, 4).Draw(t, "large") == 0 {
+					// Large enough for a chunk of its own when buf is full.
+					f.size = rapid.IntRange(chunkMin, 3*chunkMin).Draw(t, "large size")
+				}
 				f.keep = rapid.Bool().Draw(t, "keep")
 				b := m.frameBytes(f)
-				cut := rapid.IntRange(0, len(b)).Draw(t, "cut")
+				cut := rapid.IntRange(0, min(len(b), 300)).Draw(t, "cut")
 				if q.streaming && rapid.Bool().Draw(t, "held") {
 					q.hold(b[:cut], b[cut:], false, [4]byte{}, f.keep, m.done(f))
 					m.heldIDs = append(m.heldIDs, f.id)
@@ -444,7 +448,10 @@ func (m *qmodel) check(t *rapid.T) {
 		}
 	}
 	for i := q.first; i < len(q.recs); i++ {
-		refs += len(q.recs[i].ref)
+		refs += q.recs[i].charge()
+		if c := q.recs[i].chunk; c != nil && (len(q.recs[i].ref) < chunkMin || &(*c)[0] != &q.recs[i].ref[0]) {
+			t.Fatalf("record %d refers to a chunk of %d bytes that is not its own or below chunkMin", i, len(q.recs[i].ref))
+		}
 		if len(q.recs[i].ref) > 0 && len(q.recs[i].ref) < refMin {
 			t.Fatalf("record %d refers to %d bytes, less than refMin", i, len(q.recs[i].ref))
 		}
