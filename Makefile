@@ -27,6 +27,7 @@ check:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -short -count=1 $(UNIT)
 	$(GO) test -tags purego -count=1 ./frame/
+	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
 
 setup:
 	bash interop/setup.sh
@@ -36,6 +37,7 @@ test: setup
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -tags purego -count=1 ./frame/
+	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
 
 # The side-by-side comparison (about 7 minutes here); rewrites the peers
 # section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.

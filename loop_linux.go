@@ -119,11 +119,14 @@ type loop struct {
 	// per connection. Owned by the loop goroutine but for the timer.
 	sweeper    *time.Timer
 	sweepEvery time.Duration
+
+	acc loopAccept // request heads of Serve's connections (loop_accept_linux.go)
 }
 
 type loopTask struct {
 	t     *loopTransport
-	close bool // else adopt (or, with t nil, sweep)
+	close bool      // else adopt (or, with t nil, sweep)
+	h     *loopHead // a request head to read, or to cut (loop_accept_linux.go)
 }
 
 // loopTurns numbers the turns of every loop, so that a turn's mark on a
@@ -424,7 +427,9 @@ func (l *loop) runTasks() {
 	l.tasks = l.spare[:0]
 	l.taskMu.Unlock()
 	for i, task := range tasks {
-		if task.t == nil {
+		if task.h != nil {
+			l.headTask(task.h)
+		} else if task.t == nil {
 			l.sweep()
 		} else if task.close {
 			l.closing = append(l.closing, task.t)
@@ -450,7 +455,7 @@ func (l *loop) register(t *loopTransport) {
 	c.rd.g.Store(l.g)
 	c.wr.mu.Lock()
 	var err error
-	if t.fd >= 0 {
+	if t.fd >= 0 && !t.registered { // a socket whose head the loop read is in epoll already
 		t.registered = true
 		err = l.p.Add(t.fd, t.tag, t.armed)
 	}
@@ -493,6 +498,7 @@ func (l *loop) armSweep(period time.Duration) {
 // sweep does the keepalive work of the connections that are due.
 func (l *loop) sweep() {
 	now := time.Now()
+	l.sweepHeads(now)
 	ns := now.UnixNano()
 	for _, t := range l.table {
 		if t == nil || t.keepalive <= 0 || t.closed || ns < t.due {
@@ -511,6 +517,10 @@ func (l *loop) sweep() {
 // event handles one readiness report.
 func (l *loop) event(e netpoll.Event) {
 	fd := int(uint32(e.Tag))
+	if h := l.headOf(fd, e.Tag); h != nil {
+		l.headEvent(h)
+		return
+	}
 	if fd >= len(l.table) {
 		return
 	}

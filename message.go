@@ -28,6 +28,10 @@ type message struct {
 	// pace bounds how long a message being gathered may take to arrive,
 	// when the connection has a memory budget (made with the first one).
 	pace *messagePace
+
+	// cat is what charged is charged to: MemoryInflate for a compressed
+	// message (its inflated bytes), else MemoryAssembly.
+	cat MemoryCategory
 }
 
 // nextMessage returns the next whole data message. Its bytes are valid
@@ -63,6 +67,7 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			// Room for the rest of the frame, up to twice what arrived
 			// (what the first growth would take), so it is copied once.
 			n := len(ev.payload) + int(min(c.rd.p.remaining, int64(len(ev.payload))))
+			m.cat = c.gatherCategory()
 			if err := c.chargeMessage(0, n); err != nil {
 				return 0, nil, err
 			}
@@ -110,7 +115,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 		return nil
 	}
 	d := int64(bufpool.Cap(n) - old)
-	if !b.charge(MemoryAssembly, d) {
+	if !b.charge(c.rd.msg.cat, d) {
 		c.rd.msg.pace.stop()
 		return c.violated(violation(frame.CloseTryAgainLater, "server memory is exhausted"))
 	}
@@ -124,7 +129,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 func (c *Conn) releaseMessage() {
 	m := &c.rd.msg
 	if b := c.opts.MemoryBudget; b != nil {
-		b.release(MemoryAssembly, m.charged)
+		b.release(m.cat, m.charged)
 		b.trackMessage(c, m.filed.Swap(0), 0)
 		m.pace.stop()
 	}
