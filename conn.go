@@ -60,31 +60,46 @@ type readSide struct {
 // writeSide is the state of sending, guarded by mu. mu is held only for
 // non-blocking work.
 type writeSide struct {
-	mu       sync.Mutex
-	q        sendQueue
-	hdr      [frame.MaxHeaderSize]byte
-	err      error  // once set, every send fails with it
-	flushing bool   // a goroutine is writing the queue: nothing else writes to the transport
-	until    uint64 // the flusher's goal: frame until has left (0: the queue is empty)
-	stepErr  error  // the transport's error seen by flushStep
-	progress chan struct{}
-	taken    uint64 // bytes the transport took, ever: progress for the stall timer
-	stall    *time.Timer
-	stallAt  uint64
+	mu         sync.Mutex
+	q          sendQueue
+	hdr        [frame.MaxHeaderSize]byte
+	flushing   bool  // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
+	drainArmed bool  // a send was queued under backpressure
+	err        error // once set, every send fails with it
+	progress   chan struct{}
+	taken      uint64 // bytes the transport took, ever: progress for the stall timer
+	stall      *time.Timer
 
-	slot    chan struct{}  // held by a streaming Writer
-	writer  *messageWriter // made by the first Writer
-	streamZ bool           // the streamed message is compressed
-
+	more     *writeMore // made on first use: what an idle connection never needs
 	corks    *corkState // made by the first cork
 	loopMark uint64     // the loop turn that gathered sends to this connection (gatherLocked)
 
 	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
-	drainArmed bool         // a send was queued under backpressure
 	closeSeq   uint64
 	closeTimer *time.Timer
 	lastPing   time.Time
-	spare      []doneCall
+}
+
+// writeMore is the write side's state that an idle connection never
+// needs, made on first use under the write lock (writeSide.moreLocked):
+// the flusher's, a streaming Writer's, the completions' spare slice.
+type writeMore struct {
+	flushFn func()         // c.flushLoop, made once
+	until   uint64         // the flusher's goal: frame until has left (0: the queue is empty)
+	stepErr error          // the transport's error seen by flushStep
+	stallAt uint64         // taken when the stall timer was last armed
+	spare   []doneCall     // the completions' slice, kept between batches
+	slot    chan struct{}  // held by a streaming Writer
+	writer  *messageWriter // made by the first Writer
+	streamZ bool           // the streamed message is compressed
+}
+
+// moreLocked returns the write side's cold state, made the first time.
+func (w *writeSide) moreLocked() *writeMore {
+	if w.more == nil {
+		w.more = new(writeMore)
+	}
+	return w.more
 }
 
 // closeSide is how the connection ends.

@@ -48,9 +48,9 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		// The transport took part of it, or nothing: keep the rest.
 		var seq uint64
 		if n < len(f.hdr) {
-			seq = q.pushTaken(n, f.hdr[n:], f.payload, false, f.keep, f.done)
+			seq = q.pushTaken(n, f.hdr[n:], f.payload, f.shared, false, f.keep, f.done)
 		} else {
-			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], false, f.keep, f.done)
+			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], f.shared, false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
 		q.ahead = c.t.aheadOfKernel()
@@ -62,7 +62,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	// The completion joins the record only once the write attempt did not
 	// fail: a failure here is reported by the caller, once.
-	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, nil)
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, nil)
 	if direct && !c.wr.flushing {
 		c.kickLocked(inline)
 		if c.wr.err != nil {
@@ -94,7 +94,9 @@ func (c *Conn) kickLocked(inline bool) {
 	}
 	q := &c.wr.q
 	for q.queued() > 0 {
-		n, err := c.t.tryWrite(q.pending(), nil)
+		g := q.gatherLent()
+		n, err := c.t.tryWritev(*g)
+		putGather(g)
 		if err != nil {
 			c.failWriteLocked(err)
 			return
@@ -125,7 +127,11 @@ func (c *Conn) startFlusher() {
 		a.armWritable()
 		return
 	}
-	go c.flushLoop()
+	m := c.wr.moreLocked()
+	if m.flushFn == nil {
+		m.flushFn = c.flushLoop // made once: starting the goroutine allocates nothing more
+	}
+	go m.flushFn()
 }
 
 // asyncWriter is a transport whose queue an event loop writes: armWritable
@@ -186,7 +192,7 @@ const streamChunk = 64 << 10
 // (tryWrite) checks it under the write lock first.
 func (c *Conn) writeSomeLocked(until uint64) error {
 	q := &c.wr.q
-	c.wr.until = until
+	c.wr.moreLocked().until = until
 	c.wr.mu.Unlock()
 	if c.stepFn == nil {
 		c.stepFn = c.flushStep
@@ -195,12 +201,12 @@ func (c *Conn) writeSomeLocked(until uint64) error {
 	c.wr.mu.Lock()
 	if ok {
 		if err == nil {
-			err = c.wr.stepErr
+			err = c.wr.more.stepErr
 		}
-		c.wr.stepErr = nil
+		c.wr.more.stepErr = nil
 		return err
 	}
-	p := q.pending()
+	p := q.segment()
 	if len(p) > streamChunk {
 		p = p[:streamChunk]
 	}
@@ -230,12 +236,14 @@ func (c *Conn) flushStep() bool {
 		if c.wr.err != nil || q.queued() == 0 {
 			return true
 		}
-		if c.wr.until > 0 && q.doneSeq >= c.wr.until {
+		if c.wr.more.until > 0 && q.doneSeq >= c.wr.more.until {
 			return true
 		}
-		n, err := c.t.writeNow(q.pending())
+		g := q.gatherLent()
+		n, err := c.t.writeNow(*g)
+		putGather(g)
 		if err != nil {
-			c.wr.stepErr = err
+			c.wr.more.stepErr = err
 			return true
 		}
 		if n == 0 {
@@ -243,7 +251,7 @@ func (c *Conn) flushStep() bool {
 			return false
 		}
 		c.advanceLocked(n)
-		if c.wr.until == 0 && len(q.dones) > 0 {
+		if c.wr.more.until == 0 && len(q.dones) > 0 {
 			return true
 		}
 	}
@@ -314,14 +322,15 @@ func (c *Conn) unlockWrite() {
 		return
 	}
 	dones := q.dones
-	q.dones = c.wr.spare[:0]
-	c.wr.spare = nil
+	m := c.wr.moreLocked()
+	q.dones = m.spare[:0]
+	m.spare = nil
 	c.wr.mu.Unlock()
 	c.runDones(dones)
 	// Keep the slice for the next completions: no allocation per send.
 	c.wr.mu.Lock()
-	if c.wr.spare == nil {
-		c.wr.spare = dones[:0]
+	if m.spare == nil {
+		m.spare = dones[:0]
 	}
 	c.wr.mu.Unlock()
 	if drain {
@@ -336,7 +345,7 @@ func (c *Conn) armStallLocked() {
 	if d <= 0 {
 		return
 	}
-	c.wr.stallAt = c.wr.taken
+	c.wr.moreLocked().stallAt = c.wr.taken
 	if c.wr.stall == nil {
 		c.wr.stall = time.AfterFunc(d, c.checkStall)
 		return
@@ -352,8 +361,8 @@ func (c *Conn) checkStall() {
 		c.wr.mu.Unlock()
 		return
 	}
-	if c.wr.taken != c.wr.stallAt {
-		c.wr.stallAt = c.wr.taken
+	if m := c.wr.moreLocked(); c.wr.taken != m.stallAt {
+		m.stallAt = c.wr.taken
 		c.wr.stall.Reset(c.opts.WriteStallTimeout)
 		c.wr.mu.Unlock()
 		return

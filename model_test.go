@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,6 +172,7 @@ type model struct {
 	limitCloses    bool // BufferLimitAction is CloseConnection
 	rallyClosing   bool // rally began a close handshake of its own
 	background     sync.WaitGroup
+	receivers      []*receiver // other connections sendFanOut sends to
 }
 
 func newModel(rt *rapid.T, cfg modelConfig) *model {
@@ -222,7 +224,16 @@ func newModel(rt *rapid.T, cfg modelConfig) *model {
 // over TLS when the configuration says so.
 func (m *model) open(opts rally.ConnOptions) {
 	t := m.t
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The raw peer's receive buffer is made small before its socket
+	// connects: shrunk afterwards, it would be smaller than the window
+	// already advertised (the kernel prunes, the sender backs off). The
+	// peer listens in the client configurations (accepted sockets inherit
+	// the listener's buffer) and dials in the others.
+	var lc net.ListenConfig
+	if !m.cfg.server {
+		lc.Control = smallModelReceiveBuffer
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +289,6 @@ func (m *model) open(opts rally.ConnOptions) {
 		if err != nil {
 			t.Fatalf("raw client handshake: %v", err)
 		}
-		tcpOf(p.NetConn()).SetReadBuffer(modelSocketBuffer)
 		m.c = <-conns
 		ln.Close()
 		<-served
@@ -303,7 +313,6 @@ func (m *model) open(opts rally.ConnOptions) {
 		if err != nil {
 			t.Fatalf("raw client handshake: %v", err)
 		}
-		tcpOf(p.NetConn()).SetReadBuffer(modelSocketBuffer)
 		m.c = <-conns
 		if m.c == nil {
 			p.Close()
@@ -312,7 +321,7 @@ func (m *model) open(opts rally.ConnOptions) {
 	} else {
 		peers := make(chan *rawpeer.Peer, 1)
 		go func() {
-			nc, err := accepted(func(tc *net.TCPConn) { tc.SetReadBuffer(modelSocketBuffer) })
+			nc, err := accepted(func(*net.TCPConn) {}) // small receive buffer from the listener
 			if err != nil {
 				peers <- nil
 				return
@@ -372,16 +381,32 @@ func (l *modelListener) Accept() (net.Conn, error) {
 
 // dialModelPeer connects a raw client peer to addr, over TLS when asked,
 // and does the opening handshake offering extensions ext.
-func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
-	if !overTLS {
-		p, _, err := rawpeer.DialClient(addr, "/", extHeader(ext), wireTimeout)
-		return p, err
+// smallModelReceiveBuffer is a dialer's or listener's Control: the raw
+// peer's socket gets a receive buffer of modelSocketBuffer before it
+// connects.
+func smallModelReceiveBuffer(network, address string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, modelSocketBuffer)
+	}); err != nil {
+		return err
 	}
-	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: wireTimeout}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	return serr
+}
+
+func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
+	d := &net.Dialer{Timeout: wireTimeout, Control: smallModelReceiveBuffer}
+	var nc net.Conn
+	var err error
+	if overTLS {
+		nc, err = tls.DialWithDialer(d, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	} else {
+		nc, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
-	p := rawpeer.NewPeer(tc, true)
+	p := rawpeer.NewPeer(nc, true)
 	p.SetTimeout(wireTimeout)
 	key := rawpeer.NewKey()
 	if err := p.WriteRaw(rawpeer.HandshakeRequest(addr, "/", key, extHeader(ext))); err != nil {
@@ -724,6 +749,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 		"SendBurst":     m.sendBurst,
 		"SendDone":      m.sendDone,
 		"SendPrepared":  m.sendPrepared,
+		"SendFanOut":    m.sendFanOut,
+		"SendReused":    m.sendReused,
 		"Write":         m.write,
 		"WritePrepared": m.writePrepared,
 		"WriterOpen":    m.writerOpen,
@@ -816,6 +843,147 @@ func (m *model) sendPrepared(t *rapid.T) {
 	msg.fate = m.sendFate(st, err, wasEnded)
 }
 
+// sendFanOut sends prepared messages as a chat room or a publish does:
+// each message goes to this connection and to others (connections of
+// earlier sequences whose peers are gone, and a message sent again), often
+// several in one cork, so that the queue gathers references to frames
+// other connections hold too. The frames must arrive whole and in order
+// here whatever the other connections do with them.
+func (m *model) sendFanOut(t *rapid.T) {
+	n := rapid.IntRange(1, 8).Draw(t, "fanOut")
+	corked := rapid.Bool().Draw(t, "fanOutCorked")
+	var pms []*rally.PreparedMessage
+	var msgs []*modelMsg
+	for range n {
+		msg := m.newMessage("SendPrepared(fan-out)", drawType(t), rapid.IntRange(0, 20000).Draw(t, "fanOutSize"))
+		pm, err := rally.NewPreparedMessage(msg.typ, msg.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pms, msgs = append(pms, pm), append(msgs, msg)
+	}
+	others := rapid.IntRange(0, 3).Draw(t, "fanOutOthers")
+	send := func() {
+		for i, pm := range pms {
+			wasEnded := m.ended()
+			st, err := m.c.SendPrepared(pm)
+			msgs[i].result = fmt.Sprint(st, ", ", err)
+			msgs[i].fate = m.sendFate(st, err, wasEnded)
+			for k := range others {
+				m.fanOut(t, k).send(t, pm)
+			}
+		}
+	}
+	if corked {
+		m.c.Cork(send)
+	} else {
+		send()
+	}
+}
+
+// receiver is another server connection sendFanOut sends the same
+// prepared messages to, over a socket pair with small buffers whose other
+// end reads them all: they must arrive there whole too.
+type receiver struct {
+	c        *rally.Conn
+	peer     net.Conn
+	sent     [][]byte // payloads of the messages accepted, in order
+	got      [][]byte // payloads the peer read
+	err      error    // why the peer's reading ended
+	readDone chan struct{}
+}
+
+// fanOut returns receiver k, connected on first use.
+func (m *model) fanOut(t *rapid.T, k int) *receiver {
+	for len(m.receivers) <= k {
+		c, peer, err := rally.ServerConnPairForTest(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &receiver{c: c, peer: peer, readDone: make(chan struct{})}
+		go func() {
+			defer close(r.readDone)
+			p := rawpeer.NewPeer(peer, true)
+			p.SetReadTimeout(0)
+			for {
+				f, err := p.ReadFrame()
+				if err != nil {
+					r.err = err
+					return
+				}
+				r.got = append(r.got, f.Payload)
+			}
+		}()
+		m.receivers = append(m.receivers, r)
+	}
+	return m.receivers[k]
+}
+
+func (r *receiver) send(t *rapid.T, pm *rally.PreparedMessage) {
+	st, err := r.c.SendPrepared(pm)
+	if st == rally.Dropped || err != nil {
+		t.Fatalf("SendPrepared to a fan-out receiver returned %v, %v", st, err)
+	}
+	r.sent = append(r.sent, pm.Payload())
+}
+
+// closeReceivers waits until each receiver's peer has read what was sent
+// to it, checks it, and closes them (check false: only close).
+func (m *model) closeReceivers(check bool) {
+	for i, r := range m.receivers {
+		deadline := time.After(wireTimeout)
+		for check && r.c.BufferedAmount() > 0 {
+			select {
+			case <-deadline:
+				m.t.Fatalf("fan-out receiver %d: its peer reads, yet BufferedAmount stays %d", i, r.c.BufferedAmount())
+			case <-time.After(time.Millisecond):
+			}
+		}
+		r.c.CloseNow()
+		<-r.readDone
+		r.peer.Close()
+		if !check {
+			continue
+		}
+		if len(r.got) != len(r.sent) {
+			m.t.Fatalf("fan-out receiver %d: the peer read %d messages, %d were sent (reading ended with %v)", i, len(r.got), len(r.sent), r.err)
+		}
+		for j, p := range r.sent {
+			if !bytes.Equal(r.got[j], p) {
+				m.t.Fatalf("fan-out receiver %d: message %d of %d differs from the prepared message sent", i, j, len(r.sent))
+			}
+		}
+	}
+	m.receivers = nil
+}
+
+// sendReused sends messages from one buffer that is overwritten as soon
+// as each send returns (often in a cork, which gathers them): what
+// reaches the peer must be what the buffer held during the call.
+func (m *model) sendReused(t *rapid.T) {
+	n := rapid.IntRange(1, 8).Draw(t, "reused")
+	size := rapid.IntRange(0, 20000).Draw(t, "reusedSize")
+	scratch := make([]byte, 0, size+16)
+	send := func() {
+		for range n {
+			msg := m.newMessage("Send(reused buffer)", rally.Binary, size)
+			scratch = append(scratch[:0], msg.payload...)
+			wasEnded := m.ended()
+			st, err := m.c.Send(msg.typ, scratch)
+			for i := range scratch {
+				scratch[i] = 0xee
+			}
+			msg.result = fmt.Sprint(st, ", ", err)
+			msg.fate = m.sendFate(st, err, wasEnded)
+		}
+	}
+	if rapid.Bool().Draw(t, "reusedCorked") {
+		m.c.Cork(send)
+	} else {
+		send()
+	}
+}
+
 // blocking runs call, with the peer pinging meanwhile when drawn so.
 func (m *model) blocking(t *rapid.T, call func() error) error {
 	if !rapid.Bool().Draw(t, "peerPingsDuring") || m.reset {
@@ -842,7 +1010,16 @@ func (m *model) write(t *rapid.T) {
 	defer cancel()
 	msg.call += "(" + kind + ")"
 	wasEnded := m.ended()
-	err := m.blocking(t, func() error { return m.c.Write(ctx, msg.typ, msg.payload) })
+	// The caller's buffer is overwritten as soon as Write returns: the
+	// queue may have referred to it while the call waited, never after.
+	buf := append([]byte(nil), msg.payload...)
+	err := m.blocking(t, func() error {
+		err := m.c.Write(ctx, msg.typ, buf)
+		for i := range buf {
+			buf[i] = 0xee
+		}
+		return err
+	})
 	msg.result = fmt.Sprint(err)
 	msg.fate = m.blockingFate(err, wasEnded)
 	if err == nil {
@@ -1143,6 +1320,7 @@ func (m *model) abandon() {
 	}
 	m.pr.resume()
 	m.c.CloseNow()
+	m.closeReceivers(false)
 	m.pr.p.Close()
 	waitOrDump(m.pr.done, "the peer's reader")
 	waitOrDump(m.readEnded, "rally's Read")
@@ -1203,6 +1381,7 @@ func (m *model) finish() {
 		m.failed = m.failed || msg.fate == mayArrive
 	}
 	clean := !m.reset && !m.closeNowCalled && !m.failed
+	m.closeReceivers(true)
 	m.checkWire(clean)
 	m.checkCompletions()
 	m.checkGoroutines()

@@ -16,6 +16,7 @@ type outFrame struct {
 	masked       bool
 	key          [4]byte
 	keep         bool // never withdrawn (sendQueue invariant 7)
+	shared       bool // payload is a PreparedMessage's frame: the queue may refer to it (sendQueue invariant 9)
 	done         func(error)
 	zbuf         *[]byte // the compressed payload's buffer, given back after queuing
 }
@@ -39,12 +40,12 @@ func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte, mode Compress, f
 			if !fin {
 				size = max(size, writerBufferSize)
 			}
-			c.wr.streamZ = c.z.wantsCompression(size, mode)
-			if c.wr.streamZ {
+			c.wr.moreLocked().streamZ = c.z.wantsCompression(size, mode)
+			if c.wr.more.streamZ {
 				h.Rsv = frame.Rsv1 // RFC 7692 6.1: on the first frame only
 			}
 		}
-		if c.wr.streamZ {
+		if c.wr.more.streamZ {
 			f.zbuf = c.compressPartLocked(p, fin)
 			p = *f.zbuf
 		}

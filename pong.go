@@ -38,7 +38,7 @@ func (c *Conn) sendPong(payload []byte) {
 		if k == len(f) {
 			return
 		}
-		q.pushTaken(k, f[k:], nil, true, true, nil)
+		q.pushTaken(k, f[k:], nil, false, true, true, nil)
 		q.ahead = c.t.aheadOfKernel()
 		q.blocked = c.t.canTry()
 		c.startFlusher()

@@ -13,6 +13,20 @@ import (
 // (a broadcast, a pub/sub delivery): server connections send its bytes as
 // they are, without framing or copying them again. It is immutable and safe
 // for concurrent use.
+//
+// Who owns the bytes: NewPreparedMessage copies the payload it is given,
+// so the caller may reuse its slice at once. The frame belongs to the
+// message, and a server connection whose send queue has to keep it (under
+// backpressure, or gathered by a cork until the batch ends) refers to it
+// instead of copying it, when it is 512 bytes or more: the frame stays in
+// memory, through the garbage collector, until the last connection has
+// written it or given up on it (the connections keep the frame, never the
+// *PreparedMessage). So the frame exists once however many
+// connections wait to send it, and a message may be sent again, to any
+// connection, at any time. Each connection still counts the whole frame as
+// its own in BufferedAmount, BufferLimit and a MemoryBudget's charge: the
+// bytes a connection makes the server hold are charged to it, shared or
+// not. A client connection masks the payload into its own queue.
 type PreparedMessage struct {
 	typ     MessageType
 	frame   []byte // header and payload as a server sends them
@@ -79,10 +93,13 @@ func (pm *PreparedMessage) prepare(p []byte) bool {
 // Type returns the message's type.
 func (pm *PreparedMessage) Type() MessageType { return pm.typ }
 
-// Payload returns the message's payload. It must not be modified.
+// Payload returns the message's payload. It must not be modified:
+// connections may be sending it.
 func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 
-// SendPrepared is Send for a prepared message.
+// SendPrepared is Send for a prepared message. Unlike Send, nothing is
+// copied on a server connection when the kernel does not take the frame
+// at once: the queue refers to the prepared frame (see PreparedMessage).
 func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
 	if err := c.checkPrepared(pm); err != nil {
 		return Dropped, err

@@ -37,8 +37,9 @@ type qframe struct {
 	seq      uint64
 	calls    int
 	err      error
-	gone     bool // withdrawn or replaced: never on the wire
-	heldOnly bool // pushed to the held lane and dropped by a failure
+	gone     bool   // withdrawn or replaced: never on the wire
+	shared   []byte // the bytes pushed as shared: the queue must leave them as they were
+	heldOnly bool   // pushed to the held lane and dropped by a failure
 }
 
 func newQModel() *qmodel { return &qmodel{frames: map[uint32]*qframe{}} }
@@ -109,15 +110,52 @@ func queueProperty(t *rapid.T) {
 					t.Skip("closed")
 				}
 				f := m.newFrame(t, false)
+				if rapid.IntRange(0, 4).Draw(t, "large") == 0 {
+					// Large enough for a chunk of its own when buf is full.
+					f.size = rapid.IntRange(chunkMin, 3*chunkMin).Draw(t, "large size")
+				}
 				f.keep = rapid.Bool().Draw(t, "keep")
 				b := m.frameBytes(f)
-				cut := rapid.IntRange(0, len(b)).Draw(t, "cut")
+				cut := rapid.IntRange(0, min(len(b), 300)).Draw(t, "cut")
 				if q.streaming && rapid.Bool().Draw(t, "held") {
 					q.hold(b[:cut], b[cut:], false, [4]byte{}, f.keep, m.done(f))
 					m.heldIDs = append(m.heldIDs, f.id)
 					return
 				}
-				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, m.done(f))
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, false, m.done(f))
+				m.pushed = append(m.pushed, f.id)
+			},
+			"pushShared": func(t *rapid.T) {
+				// A prepared message's frame: the queue may refer to it
+				// rather than copy it; it must never write to it.
+				if q.closed || m.failed || q.streaming {
+					t.Skip("closed or streaming")
+				}
+				f := m.newFrame(t, false)
+				f.size = rapid.IntRange(4, 3*refMin).Draw(t, "shared size")
+				b := m.frameBytes(f)
+				f.shared = b
+				cut := rapid.IntRange(0, min(len(b), 14)).Draw(t, "header")
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, false, true, m.done(f))
+				m.pushed = append(m.pushed, f.id)
+			},
+			"pushTaken": func(t *rapid.T) {
+				// A direct write the transport took part of: only into an
+				// empty main lane.
+				if q.closed || m.failed || q.streaming || q.queued() > 0 || m.busy != nil {
+					t.Skip("not empty")
+				}
+				f := m.newFrame(t, false)
+				f.size = rapid.IntRange(4, 3*refMin).Draw(t, "taken size")
+				b := m.frameBytes(f)
+				shared := rapid.Bool().Draw(t, "shared")
+				if shared {
+					f.shared = b
+				}
+				taken := rapid.IntRange(0, len(b)-1).Draw(t, "taken")
+				m.taken = append(m.taken, b[:taken]...)
+				cut := rapid.IntRange(taken, len(b)).Draw(t, "cut")
+				f.seq = q.pushTaken(taken, b[taken:cut], b[cut:], shared, false, false, m.done(f))
 				m.pushed = append(m.pushed, f.id)
 			},
 			"pong": func(t *rapid.T) {
@@ -164,7 +202,7 @@ func queueProperty(t *rapid.T) {
 				}
 				before := q.queued()
 				n := rapid.IntRange(0, before).Draw(t, "n")
-				m.taken = append(m.taken, q.pending()[:n]...)
+				m.taken = append(m.taken, m.pending()[:n]...)
 				q.advance(n)
 				if n < before {
 					q.blocked = true // the transport refused the rest
@@ -181,7 +219,8 @@ func queueProperty(t *rapid.T) {
 				if m.busy != nil || q.queued() == 0 {
 					t.Skip("busy or empty")
 				}
-				p := q.pending()
+				// A stream's write: the first contiguous slice.
+				p := q.segment()
 				q.busy = q.head + len(p)
 				m.busy = append([]byte(nil), p...)
 				m.busyBuf = p
@@ -200,7 +239,7 @@ func queueProperty(t *rapid.T) {
 					q.releaseIfEmpty()
 					return
 				}
-				m.taken = append(m.taken, q.pending()[:n]...)
+				m.taken = append(m.taken, m.pending()[:n]...)
 				q.advance(n)
 				m.runDones()
 			},
@@ -239,7 +278,7 @@ func queueProperty(t *rapid.T) {
 				m.endStream(t)
 			}
 			if n := q.queued(); n > 0 {
-				m.taken = append(m.taken, q.pending()...)
+				m.taken = append(m.taken, m.pending()...)
 				q.advance(n)
 				m.runDones()
 			}
@@ -249,8 +288,8 @@ func queueProperty(t *rapid.T) {
 					t.Fatalf("frame %d completed %d times, want once", f.id, f.calls)
 				}
 			}
-			if q.buf != nil {
-				t.Fatal("an empty queue keeps its buffer")
+			if q.buf != nil || q.refs != 0 || q.footprint() != 0 {
+				t.Fatalf("an empty queue keeps its buffer or references (footprint %d)", q.footprint())
 			}
 		}
 	}
@@ -272,7 +311,33 @@ func (m *qmodel) waitingPongs() []uint32 {
 
 // stream is what the transport took followed by what waits.
 func (m *qmodel) stream() []byte {
-	return append(append([]byte(nil), m.taken...), m.q.pending()...)
+	return append(append([]byte(nil), m.taken...), m.pending()...)
+}
+
+// pending is what the queue would write next, gathered as a socket
+// transport gathers it (in slices of at most a few, to exercise the cut).
+func (m *qmodel) pending() []byte {
+	var out []byte
+	bufs := m.q.gather(make([][]byte, 0, iovMax))
+	for _, b := range bufs {
+		if len(b) == 0 {
+			panic("gather returned an empty slice")
+		}
+		out = append(out, b...)
+	}
+	if len(out) != m.q.queued() {
+		panic(fmt.Sprintf("gathered %d bytes, %d queued", len(out), m.q.queued()))
+	}
+	// A gather cut short returns a prefix of the full one.
+	short := m.q.gather(make([][]byte, 0, 2))
+	var pre []byte
+	for _, b := range short {
+		pre = append(pre, b...)
+	}
+	if !bytes.HasPrefix(out, pre) {
+		panic("a gather cut short is not a prefix of the whole")
+	}
+	return out
 }
 
 // started reports whether some of f's bytes were taken or are being written.
@@ -369,6 +434,42 @@ func (m *qmodel) check(t *rapid.T) {
 	}
 	if q.size() != q.queued()+held {
 		t.Fatalf("size %d, want %d queued + %d held", q.size(), q.queued(), held)
+	}
+	// References (invariant 9): shared bytes are never written to, and a
+	// frame's bytes are charged while it waits (all of them, if referred
+	// to).
+	refs := 0
+	for _, f := range m.frames {
+		if f.shared == nil {
+			continue
+		}
+		if !bytes.Equal(f.shared, m.frameBytes(f)) {
+			t.Fatalf("the queue wrote into shared frame %d", f.id)
+		}
+	}
+	for i := q.first; i < len(q.recs); i++ {
+		refs += q.recs[i].charge()
+		if c := q.recs[i].chunk; c != nil && (len(q.recs[i].ref) < chunkMin || &(*c)[0] != &q.recs[i].ref[0]) {
+			t.Fatalf("record %d refers to a chunk of %d bytes that is not its own or below chunkMin", i, len(q.recs[i].ref))
+		}
+		if len(q.recs[i].ref) > 0 && len(q.recs[i].ref) < refMin {
+			t.Fatalf("record %d refers to %d bytes, less than refMin", i, len(q.recs[i].ref))
+		}
+	}
+	if refs != q.refs {
+		t.Fatalf("refs %d, records refer to %d", q.refs, refs)
+	}
+	owned := 0
+	if q.buf != nil {
+		owned = cap(*q.buf)
+	}
+	_, heldCap := q.heldBytes()
+	owned += heldCap
+	if q.footprint() != int64(owned+refs) {
+		t.Fatalf("footprint %d, want %d owned + %d referred to", q.footprint(), owned, refs)
+	}
+	if q.queued() > owned+refs {
+		t.Fatalf("%d bytes queued, more than the %d owned and %d referred to", q.queued(), owned, refs)
 	}
 	if len(m.busy) > 0 && !bytes.Equal(m.busyBuf, m.busy) {
 		t.Fatal("bytes being written were moved or overwritten")

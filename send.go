@@ -116,7 +116,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	}
 	var f outFrame
 	if prepared != nil {
-		f = outFrame{hdr: prepared, done: done}
+		f = outFrame{payload: prepared, shared: true, done: done}
 	} else {
 		f = c.frameLocked(op, true, p, mode, false)
 		f.done = done

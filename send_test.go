@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -714,4 +715,81 @@ func TestSendAfterCloseIsDroppedWithErrClosedAtOnce(t *testing.T) {
 		c.CloseNow()
 		check(t, c)
 	})
+}
+
+// A prepared frame that several connections hold is charged to each of
+// them in full: the memory budget counts what each connection makes the
+// server hold, shared or not, and gives it back as each one's peer reads.
+func TestPreparedFrameWaitingInManyQueuesIsChargedToEachInFull(t *testing.T) {
+	budget := rally.NewMemoryBudget(64 << 20)
+	pm, err := rally.NewPreparedMessage(rally.Binary, bytes.Repeat([]byte("prepared "), 256<<10/9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan struct{}, 3)
+	type receiver struct {
+		c    *rally.Conn
+		peer net.Conn
+	}
+	var rs []receiver
+	for range 3 {
+		c, peer, err := rally.ServerConnPairForTest(&rally.ConnOptions{
+			MemoryBudget: budget,
+			BufferLimit:  -1,
+			OnDrain:      func(*rally.Conn) { drained <- struct{}{} },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer peer.Close()
+		defer c.CloseNow()
+		rs = append(rs, receiver{c, peer})
+	}
+	waiting := 0
+	for i, r := range rs {
+		if st, err := r.c.SendPrepared(pm); st != rally.Queued || err != nil {
+			t.Fatalf("receiver %d: SendPrepared of 256 KiB to a peer that does not read: %v, %v; want queued", i, st, err)
+		}
+		waiting += r.c.BufferedAmount()
+	}
+	used := budget.Stats()[rally.MemorySendQueues].Used
+	if used != int64(waiting) || waiting < 3*(200<<10) {
+		t.Fatalf("3 receivers wait to send %d bytes of one shared frame; the budget charges %d for send queues, want all of them", waiting, used)
+	}
+	for i, r := range rs {
+		got := make(chan []byte, 1)
+		go func() {
+			b, _ := io.ReadAll(r.peer)
+			got <- b
+		}()
+		<-drained
+		if used := budget.Stats()[rally.MemorySendQueues].Used; used > int64(waiting) {
+			t.Fatalf("after receiver %d drained, the budget charges %d for send queues, more than the %d that waited", i, used, waiting)
+		}
+		r.c.CloseNow()
+		b := <-got
+		want := append(frameHeader(len(pm.Payload())), pm.Payload()...)
+		if !bytes.Equal(b, want) {
+			t.Fatalf("receiver %d's peer read %d bytes, want the frame's %d", i, len(b), len(want))
+		}
+	}
+	if used := budget.Stats()[rally.MemorySendQueues].Used; used != 0 {
+		t.Fatalf("every peer read its frame, yet the budget charges %d for send queues", used)
+	}
+}
+
+// frameHeader is the header of an unmasked final binary frame of n bytes
+// (RFC 6455 5.2), built here rather than by frame/.
+func frameHeader(n int) []byte {
+	switch {
+	case n < 126:
+		return []byte{0x82, byte(n)}
+	case n < 1<<16:
+		return []byte{0x82, 126, byte(n >> 8), byte(n)}
+	}
+	h := []byte{0x82, 127, 0, 0, 0, 0, 0, 0, 0, 0}
+	for i := range 8 {
+		h[9-i] = byte(n >> (8 * i))
+	}
+	return h
 }

@@ -349,7 +349,19 @@ func (t *tlsTransport) write(p []byte) (int, error) {
 
 func (t *tlsTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
 
-func (t *tlsTransport) writeNow([]byte) (int, error) { return 0, nil }
+func (t *tlsTransport) writeNow([][]byte) (int, error) { return 0, nil }
+
+// tryWritev hands crypto/tls the first two slices: it encrypts what it is
+// given into records, so a longer gather would save no system call.
+func (t *tlsTransport) tryWritev(bufs [][]byte) (int, error) {
+	switch len(bufs) {
+	case 0:
+		return 0, nil
+	case 1:
+		return t.tryWrite(bufs[0], nil)
+	}
+	return t.tryWrite(bufs[0], bufs[1])
+}
 
 func (t *tlsTransport) canTry() bool { return true }
 

@@ -46,6 +46,10 @@ type transport interface {
 	// cannot try).
 	tryWrite(a, b []byte) (int, error)
 
+	// tryWritev is tryWrite for the slices of a gathered queue (at most
+	// iovMax): one system call where the transport can make it.
+	tryWritev(bufs [][]byte) (int, error)
+
 	// write blocks until it has written some of p (all of it, for a
 	// stream) or failed; it is used only where flushQueue reports false. An error caused by an expired write deadline
 	// leaves the stream intact when resumable reports true.
@@ -68,9 +72,9 @@ type transport interface {
 	// non-blocking write: the caller then uses write, outside the lock.
 	flushQueue(lock *sync.Mutex, step func() bool) (bool, error)
 
-	// writeNow is a non-blocking write, valid only inside flushQueue's
-	// step: (0, nil) when the kernel takes nothing now.
-	writeNow(p []byte) (int, error)
+	// writeNow is a non-blocking gathered write, valid only inside
+	// flushQueue's step: (0, nil) when the kernel takes nothing now.
+	writeNow(bufs [][]byte) (int, error)
 
 	// aheadOfKernel is how many bytes at the head of what the transport
 	// was last given it holds without the kernel having taken them (TLS:
@@ -111,6 +115,7 @@ type socketTransport struct {
 	// the callbacks are made once and no call allocates.
 	iov     [2]syscall.Iovec
 	a, b    []byte
+	bufs    [][]byte // tryWritev's, instead of a and b
 	n       int
 	err     error
 	writeFn func(fd uintptr) bool
@@ -127,7 +132,6 @@ type socketTransport struct {
 	fstep   func() bool
 	flock   *sync.Mutex
 	ffd     uintptr
-	fiov    [2]syscall.Iovec
 }
 
 func (t *socketTransport) flushQueue(lock *sync.Mutex, step func() bool) (bool, error) {
@@ -145,8 +149,8 @@ func (t *socketTransport) doFlush(fd uintptr) bool {
 	return stop
 }
 
-func (t *socketTransport) writeNow(p []byte) (int, error) {
-	n, err := writeFd(t.ffd, &t.fiov, p, nil)
+func (t *socketTransport) writeNow(bufs [][]byte) (int, error) {
+	n, err := writevFd(t.ffd, bufs)
 	if err == errAgain {
 		return 0, nil
 	}
@@ -166,7 +170,24 @@ func (t *socketTransport) tryWrite(a, b []byte) (int, error) {
 	return t.n, t.err
 }
 
+func (t *socketTransport) tryWritev(bufs [][]byte) (int, error) {
+	t.bufs = bufs
+	err := t.rc.Write(t.writeFn)
+	t.bufs = nil
+	if err != nil {
+		return 0, err
+	}
+	if t.err == errAgain {
+		return 0, nil
+	}
+	return t.n, t.err
+}
+
 func (t *socketTransport) doWrite(fd uintptr) bool {
+	if t.bufs != nil {
+		t.n, t.err = writevFd(fd, t.bufs)
+		return true
+	}
 	t.n, t.err = writeFd(fd, &t.iov, t.a, t.b)
 	return true
 }
@@ -242,6 +263,8 @@ const (
 
 func (t *streamTransport) tryWrite(a, b []byte) (int, error) { return 0, nil }
 
+func (t *streamTransport) tryWritev([][]byte) (int, error) { return 0, nil }
+
 func (t *streamTransport) write(p []byte) (int, error) { return t.nc.Write(p) }
 
 func (t *streamTransport) resumable() bool { return false }
@@ -250,7 +273,7 @@ func (t *streamTransport) canTry() bool { return false }
 
 func (t *streamTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
 
-func (t *streamTransport) writeNow([]byte) (int, error) { return 0, nil }
+func (t *streamTransport) writeNow([][]byte) (int, error) { return 0, nil }
 
 func (t *streamTransport) aheadOfKernel() int { return 0 }
 

@@ -4,6 +4,7 @@ package rally
 
 import (
 	"net"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -73,4 +74,45 @@ func readFd(fd uintptr, p []byte) (int, error) {
 		}
 		return 0, e
 	}
+}
+
+// iovecs lends the iovec arrays of gathered writes.
+var iovecs = sync.Pool{New: func() any { return new([iovMax]syscall.Iovec) }}
+
+// writevFd writes bufs (at most iovMax of them are taken) to the
+// non-blocking socket fd in one system call. It returns how many bytes
+// went out; a full socket buffer is n == 0 with errAgain.
+func writevFd(fd uintptr, bufs [][]byte) (int, error) {
+	switch len(bufs) {
+	case 0:
+		return 0, nil
+	case 1:
+		return writeFd(fd, nil, bufs[0], nil)
+	}
+	bufs = bufs[:min(len(bufs), iovMax)]
+	iov := iovecs.Get().(*[iovMax]syscall.Iovec)
+	for i, b := range bufs {
+		iov[i].Base = unsafe.SliceData(b)
+		iov[i].SetLen(len(b))
+	}
+	var n int
+	var err error
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(iov)), uintptr(len(bufs)))
+		if e == syscall.EINTR {
+			continue
+		}
+		switch e {
+		case 0:
+			n = int(r)
+		case syscall.EAGAIN:
+			err = errAgain
+		default:
+			err = e
+		}
+		break
+	}
+	clear(iov[:len(bufs)])
+	iovecs.Put(iov)
+	return n, err
 }

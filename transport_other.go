@@ -14,3 +14,5 @@ func rawConnOf(net.Conn) syscall.RawConn { return nil }
 func writeFd(uintptr, *[2]syscall.Iovec, []byte, []byte) (int, error) { return 0, errAgain }
 
 func readFd(uintptr, []byte) (int, error) { return 0, errAgain }
+
+func writevFd(uintptr, [][]byte) (int, error) { return 0, errAgain }

@@ -118,7 +118,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	}
 	var f outFrame
 	if ln == lanePrepared {
-		f = outFrame{hdr: prepared}
+		f = outFrame{payload: prepared, shared: true}
 	} else {
 		f = c.frameLocked(op, fin, p, mode, ln == laneFragment)
 	}

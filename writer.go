@@ -51,10 +51,11 @@ func (c *Conn) WriterCompress(ctx context.Context, typ MessageType, mode Compres
 		return nil, err
 	}
 	c.wr.q.streaming = true
-	if c.wr.writer == nil {
-		c.wr.writer = &messageWriter{c: c}
+	m := c.wr.moreLocked()
+	if m.writer == nil {
+		m.writer = &messageWriter{c: c}
 	}
-	w := c.wr.writer
+	w := m.writer
 	c.unlockWrite()
 	w.ctx = ctx
 	w.op = frame.Opcode(typ)
@@ -83,10 +84,11 @@ func (c *Conn) releaseWriteSlot() { <-c.writeSlot() }
 func (c *Conn) writeSlot() chan struct{} {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	if c.wr.slot == nil {
-		c.wr.slot = make(chan struct{}, 1)
+	m := c.wr.moreLocked()
+	if m.slot == nil {
+		m.slot = make(chan struct{}, 1)
 	}
-	return c.wr.slot
+	return m.slot
 }
 
 type messageWriter struct {
@@ -218,7 +220,9 @@ func (w *messageWriter) Close() error {
 // and goes out.
 func (c *Conn) endStreamLocked() {
 	q := &c.wr.q
-	c.wr.streamZ = false
+	if c.wr.more != nil {
+		c.wr.more.streamZ = false
+	}
 	q.endStream()
 	if c.wr.err != nil {
 		return
