@@ -14,3 +14,6 @@ func (c *Conn) gatherLocked(uintptr) bool { return false }
 
 // onLoop reports false: there are no loops.
 func onLoop() bool { return false }
+
+// loopWriteCalls is 0: no event loop runs here.
+func loopWriteCalls() uint64 { return 0 }

@@ -94,7 +94,7 @@ type tlsSocket struct {
 	err         error      // the socket's write error, once one happened
 	flushNowFn  func(fd uintptr) bool
 	flushWaitFn func(fd uintptr) bool
-	iov         [2]syscall.Iovec
+	iov         [2]iovec
 }
 
 // Read is the socket's own in blocking mode. In engine mode it runs inside

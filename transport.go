@@ -113,7 +113,7 @@ type socketTransport struct {
 
 	// Arguments and results of the RawConn callbacks, kept here so that
 	// the callbacks are made once and no call allocates.
-	iov     [2]syscall.Iovec
+	iov     [2]iovec
 	a, b    []byte
 	bufs    [][]byte // tryWritev's, instead of a and b
 	n       int

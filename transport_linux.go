@@ -31,7 +31,7 @@ func rawConnOf(nc net.Conn) syscall.RawConn {
 // writeFd writes a and then b to the non-blocking socket fd in one system
 // call. It returns how many bytes went out; a full socket buffer is n == 0
 // with errAgain.
-func writeFd(fd uintptr, iov *[2]syscall.Iovec, a, b []byte) (int, error) {
+func writeFd(fd uintptr, iov *[2]iovec, a, b []byte) (int, error) {
 	for {
 		var r uintptr
 		var e syscall.Errno
