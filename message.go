@@ -18,9 +18,9 @@ import (
 // handed out until the next event).
 type message struct {
 	buf     *[]byte
-	typ     MessageType
-	handed  bool  // buf holds a whole message handed out by nextMessage
-	charged int64 // bytes of buf's capacity charged to the memory budget
+	typ     frame.Opcode // Text or Binary (a byte, so that it packs with handed)
+	handed  bool         // buf holds a whole message handed out by nextMessage
+	charged int64        // bytes of buf's capacity charged to the memory budget
 
 	// filed is charged as the budget files it for shedding (see
 	// MemoryBudget.trackMessage); atomic, as shedding reads it.
@@ -67,7 +67,7 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 				return 0, nil, err
 			}
 			m.buf = bufpool.Get(n)
-			m.typ = MessageType(ev.op)
+			m.typ = ev.op
 			c.startPace()
 		}
 		if need := len(*m.buf) + len(ev.payload); need > cap(*m.buf) {
@@ -80,7 +80,7 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 		if ev.fin {
 			m.pace.stop()
 			m.handed = true
-			return m.typ, *m.buf, nil
+			return MessageType(m.typ), *m.buf, nil
 		}
 	}
 }

@@ -113,7 +113,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.Upgrade != nil {
-		c.data = data
+		c.setData(data)
 	}
 	s.start(c, r.ProtoMajor == 2)
 }
@@ -282,7 +282,7 @@ func (c *Conn) serve(s *Server) {
 	c.releaseReadBuffer()
 	c.rd.g.Store(0)
 	<-c.rd.sem
-	<-c.cl.done
+	<-c.Done()
 	if s.Close != nil {
 		c.callClose(s.Close, c.cl.final)
 	}
