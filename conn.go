@@ -46,8 +46,7 @@ type readSide struct {
 	end  *CloseError
 	last atomic.Int64
 
-	msg    message        // a message being gathered, see message.go
-	reader *messageReader // made by the first Reader
+	msg message // a message being gathered, see message.go
 
 	ended  bool // the end was delivered to a read method
 	linger bool // the read side ended with a close frame; TCP still to wind down

@@ -12,20 +12,25 @@ import (
 // allocates again, which a server left with few connections may not do for
 // minutes: its resident memory stays at the peak. So when at least
 // reclaimMin connections have ended and at most half of the peak is left,
-// rally runs one garbage collection, reclaimDelay after the first of those
-// ends (so that one collection covers a whole wave); the runtime's
-// scavenger then gives the freed pages back to the system within seconds.
-// Ordinary churn (connections opening as others close) never triggers it.
+// rally collects the garbage and gives the freed memory back to the system
+// (debug.FreeOSMemory), once per wave: when no connection has ended for
+// reclaimDelay (at most reclaimWait after the wave began). Ordinary churn
+// (connections opening as others close) never triggers it.
 
 const (
 	reclaimMin   = 1000
 	reclaimDelay = time.Second
+	reclaimWait  = 10 * time.Second
 )
 
 var reclaim struct {
 	live, peak atomic.Int64
 	pending    atomic.Bool
+	lastEnd    atomic.Int64 // when a connection last ended (unix ns)
 }
+
+// testHookReclaimed, when a test sets it, is called after each reclaim.
+var testHookReclaimed atomic.Pointer[func()]
 
 // reclaimOpened counts a connection opened (newConn).
 func reclaimOpened() {
@@ -43,12 +48,30 @@ func reclaimOpened() {
 func reclaimClosed() {
 	n := reclaim.live.Add(-1)
 	p := reclaim.peak.Load()
-	if p-n < reclaimMin || n > p/2 || !reclaim.pending.CompareAndSwap(false, true) {
+	if p-n < reclaimMin || n > p/2 {
 		return
 	}
-	time.AfterFunc(reclaimDelay, func() {
+	now := time.Now()
+	reclaim.lastEnd.Store(now.UnixNano())
+	if reclaim.pending.CompareAndSwap(false, true) {
+		reclaimAfter(reclaimDelay, now)
+	}
+}
+
+// reclaimAfter gives the memory back after d, or later if connections
+// still end (a wave that began at start).
+func reclaimAfter(d time.Duration, start time.Time) {
+	time.AfterFunc(d, func() {
+		quiet := time.Since(time.Unix(0, reclaim.lastEnd.Load()))
+		if quiet < reclaimDelay && time.Since(start) < reclaimWait {
+			reclaimAfter(reclaimDelay-quiet, start) // the wave goes on
+			return
+		}
 		debug.FreeOSMemory()
 		reclaim.peak.Store(reclaim.live.Load())
 		reclaim.pending.Store(false)
+		if h := testHookReclaimed.Load(); h != nil {
+			(*h)()
+		}
 	})
 }
