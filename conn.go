@@ -2,6 +2,7 @@ package rally
 
 import (
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -134,12 +135,12 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	if subprotocol != "" {
 		c.extras().subprotocol = subprotocol
 	}
-	c.dl.nc = nc
+	c.dl.c = c
 	c.rd.sem = make(chan struct{}, 1)
 	c.rd.in = buffered
 	c.opts = sharedOptions(o)
 	reclaimOpened()
-	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: c.opts.MaxFragments}
+	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: int32(min(c.opts.MaxFragments, math.MaxInt32))}
 	switch {
 	case c.opts.ReadLimit == 0:
 		c.rd.p.readLimit = DefaultReadLimit

@@ -2,7 +2,6 @@ package rally
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,7 @@ import (
 // that can, so that a connection nobody reads or writes with such a
 // context (an idle one, one driven by a Server) does not carry it.
 type deadlineWatch struct {
-	nc   net.Conn
+	c    *Conn // whose net.Conn's deadlines it moves
 	st   atomic.Pointer[deadlineState]
 	r, w watchSlot // which deadline: &d.r or &d.w
 }
@@ -98,8 +97,8 @@ func (d *deadlineWatch) unwatch(s *watchSlot) {
 
 func (d *deadlineWatch) set(s *watchSlot, t time.Time) {
 	if s == &d.r {
-		d.nc.SetReadDeadline(t)
+		d.c.nc.SetReadDeadline(t)
 	} else {
-		d.nc.SetWriteDeadline(t)
+		d.c.nc.SetWriteDeadline(t)
 	}
 }

@@ -276,7 +276,6 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	t.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
 	c.nc = t
-	c.dl.nc = t
 	c.rd.loop = true
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.

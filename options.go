@@ -360,7 +360,8 @@ func sharedOptions(o *ConnOptions) *ConnOptions {
 			return p
 		}
 	}
-	p := &v
+	p := new(ConnOptions) // only now: a connection that finds its options makes nothing
+	*p = v
 	m.keys[m.next], m.opts[m.next] = k, p
 	m.next = (m.next + 1) % sharedOptionsSize
 	return p

@@ -50,8 +50,8 @@ type parser struct {
 	ctlN    uint8 // bytes of ctl filled
 	maskPos uint8 // the mask key's position of the next payload byte (0-3)
 
+	maxFragments int32 // frames per message; <= 0 means no limit (packs with the fields above)
 	readLimit    int64 // largest message; <= 0 means no limit
-	maxFragments int   // frames per message; <= 0 means no limit
 
 	h         frame.Header
 	remaining int64 // payload bytes of the current frame still to come
@@ -191,7 +191,7 @@ func (p *parser) startFrame(h frame.Header) error {
 			p.utf8.Reset()
 		}
 		p.fragments++
-		if p.maxFragments > 0 && p.fragments > p.maxFragments {
+		if p.maxFragments > 0 && p.fragments > int(p.maxFragments) {
 			return violation(frame.ClosePolicyViolation, "message split into too many fragments")
 		}
 		// RFC 6455 10.4: check the size on the header, before any payload is kept.
