@@ -269,7 +269,7 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 	}
 }
 
-// BenchmarkIdleConnMemoryThroughNetHTTP opens connections the way a
+// BenchmarkIdleConnMemoryWithHandshake opens connections the way a
 // server gets them (a handshake over TCP answered by a Server behind
 // net/http), holds them idle, and reports per connection: the live Go
 // heap (heap-bytes/conn, after collections) and the memory the heap
@@ -277,21 +277,35 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 // memory not given back to the system, with the garbage of the handshakes
 // and the collector's headroom, before any forced collection: what the
 // process's resident memory sees), plus stacks. The client ends are bare
-// descriptors (no Go memory). Run it with -benchtime 1x.
-func BenchmarkIdleConnMemoryThroughNetHTTP(b *testing.B) {
-	b.Run("goroutine", func(b *testing.B) { benchmarkIdleHTTP(b, false) })
-	b.Run("event-loop", func(b *testing.B) { benchmarkIdleHTTP(b, true) })
+// descriptors (no Go memory). Run it with -benchtime 1x. The "serve"
+// case answers the handshakes with Server.Serve on the listener instead
+// of net/http.
+func BenchmarkIdleConnMemoryWithHandshake(b *testing.B) {
+	b.Run("goroutine/net-http", func(b *testing.B) { benchmarkIdleHTTP(b, false, false) })
+	b.Run("event-loop/net-http", func(b *testing.B) { benchmarkIdleHTTP(b, true, false) })
+	b.Run("event-loop/serve", func(b *testing.B) { benchmarkIdleHTTP(b, true, true) })
 }
 
-func benchmarkIdleHTTP(b *testing.B, loop bool) {
+func benchmarkIdleHTTP(b *testing.B, loop, raw bool) {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	n := min(5000, int(lim.Cur-300)/2) // each connection is two descriptors here
 	for range b.N {
 		var opened sync.WaitGroup
 		s := &Server{EventLoop: loop, Open: func(*Conn) { opened.Done() }}
-		ts := httptest.NewServer(s)
-		addr := ts.Listener.Addr().(*net.TCPAddr)
+		var addr *net.TCPAddr
+		stop := func() {}
+		if raw {
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go s.Serve(ln)
+			addr, stop = ln.Addr().(*net.TCPAddr), func() { ln.Close() }
+		} else {
+			ts := httptest.NewServer(s)
+			addr, stop = ts.Listener.Addr().(*net.TCPAddr), ts.Close
+		}
 		dial := func() int {
 			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 			if err != nil {
@@ -343,6 +357,6 @@ func benchmarkIdleHTTP(b *testing.B, loop bool) {
 			syscall.Close(fd)
 		}
 		s.Shutdown(b.Context())
-		ts.Close()
+		stop()
 	}
 }
