@@ -6,16 +6,22 @@ import (
 	"time"
 )
 
-// After a mass disconnect (many connections closing at once: a deploy, a
-// network cut, the end of a load test), the memory those connections held
-// is garbage, but the Go runtime collects it only when the program
-// allocates again, which a server left with few connections may not do for
-// minutes: its resident memory stays at the peak. So when at least
-// reclaimMin connections have ended and at most half of the peak is left,
-// rally collects the garbage and gives the freed memory back to the system
-// (debug.FreeOSMemory), once per wave: when no connection has ended for
-// reclaimDelay (at most reclaimWait after the wave began). Ordinary churn
-// (connections opening as others close) never triggers it.
+// Connections come and go in waves: a connect storm after a deploy, a mass
+// disconnect when a network link drops. After either, the process keeps
+// far more memory than its connections use. After a connect storm the
+// handshakes' garbage (net/http's reader and writer of each hijacked
+// connection, the request: about ten times what an idle connection keeps)
+// has grown the heap to the collector's goal, twice what is live; after a
+// disconnect the connections' memory is garbage, which the Go runtime
+// collects only when the program allocates again, maybe minutes later.
+// Either way the pages stay resident. So after a wave (at least reclaimMin
+// connections, and the count doubled since the last reclaim, or halved
+// from its peak) rally collects the garbage and gives the freed memory
+// back to the system (debug.FreeOSMemory), once per wave: when no
+// connection has opened or ended for reclaimDelay (at most reclaimWait
+// after the wave began). Ordinary churn (connections opening as others
+// end) never triggers it, and a steady growth does only each time the
+// count doubles.
 
 const (
 	reclaimMin   = 1000
@@ -24,51 +30,63 @@ const (
 )
 
 var reclaim struct {
-	live, peak atomic.Int64
-	pending    atomic.Bool
-	lastEnd    atomic.Int64 // when a connection last ended (unix ns)
+	live      atomic.Int64 // connections opened and not ended
+	base      atomic.Int64 // live at the last reclaim
+	peak      atomic.Int64 // the most live since the last reclaim
+	pending   atomic.Bool
+	lastEvent atomic.Int64 // when a connection of the wave last opened or ended (unix ns)
 }
 
 // testHookReclaimed, when a test sets it, is called after each reclaim.
 var testHookReclaimed atomic.Pointer[func()]
 
-// reclaimOpened counts a connection opened (newConn).
+// reclaimOpened counts a connection opened (newConn) and schedules the
+// reclaim after a connect storm.
 func reclaimOpened() {
 	n := reclaim.live.Add(1)
 	for {
 		p := reclaim.peak.Load()
 		if n <= p || reclaim.peak.CompareAndSwap(p, n) {
-			return
+			break
 		}
+	}
+	if b := reclaim.base.Load(); n-b >= reclaimMin && n >= 2*b {
+		reclaimWave()
 	}
 }
 
 // reclaimClosed counts a connection ended (finish) and schedules the
-// collection after a mass disconnect.
+// reclaim after a mass disconnect.
 func reclaimClosed() {
 	n := reclaim.live.Add(-1)
-	p := reclaim.peak.Load()
-	if p-n < reclaimMin || n > p/2 {
-		return
+	if p := reclaim.peak.Load(); p-n >= reclaimMin && n <= p/2 {
+		reclaimWave()
 	}
+}
+
+// reclaimWave notes an event of a wave, and schedules the reclaim if none
+// is.
+func reclaimWave() {
 	now := time.Now()
-	reclaim.lastEnd.Store(now.UnixNano())
+	reclaim.lastEvent.Store(now.UnixNano())
 	if reclaim.pending.CompareAndSwap(false, true) {
 		reclaimAfter(reclaimDelay, now)
 	}
 }
 
-// reclaimAfter gives the memory back after d, or later if connections
-// still end (a wave that began at start).
+// reclaimAfter gives the memory back after d, or later if the wave that
+// began at start goes on.
 func reclaimAfter(d time.Duration, start time.Time) {
 	time.AfterFunc(d, func() {
-		quiet := time.Since(time.Unix(0, reclaim.lastEnd.Load()))
+		quiet := time.Since(time.Unix(0, reclaim.lastEvent.Load()))
 		if quiet < reclaimDelay && time.Since(start) < reclaimWait {
-			reclaimAfter(reclaimDelay-quiet, start) // the wave goes on
+			reclaimAfter(reclaimDelay-quiet, start)
 			return
 		}
 		debug.FreeOSMemory()
-		reclaim.peak.Store(reclaim.live.Load())
+		n := reclaim.live.Load()
+		reclaim.base.Store(n)
+		reclaim.peak.Store(n)
 		reclaim.pending.Store(false)
 		if h := testHookReclaimed.Load(); h != nil {
 			(*h)()
