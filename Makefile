@@ -27,6 +27,7 @@ check:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -short -count=1 $(UNIT)
 	$(GO) test -tags purego -count=1 ./frame/
+	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
 
 setup:
 	bash interop/setup.sh
@@ -35,7 +36,9 @@ test: setup
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	RALLY_TEST_EVENT_LOOP=1 $(GO) test -race -short -count=1 . # every root Server test again, on event loops
 	$(GO) test -tags purego -count=1 ./frame/
+	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
 
 # The side-by-side comparison (about 7 minutes here); rewrites the peers
 # section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,12 +45,89 @@ func numbered(seq, size int) (rally.MessageType, []byte) {
 // MiB), and stops taking more soon after the peer stops reading.
 const testSocketBuffer = 32 << 10
 
-// stopReading makes the peer's socket take little before it pushes back.
-// The peer then simply does not read until the test lets it.
-func stopReading(p *rawpeer.Peer) {
-	if tc, ok := p.NetConn().(*net.TCPConn); ok {
-		tc.SetReadBuffer(testSocketBuffer)
+// smallReceiveBuffer is a net.Dialer's or net.ListenConfig's Control: it
+// gives the socket a small receive buffer before it connects or listens
+// (accepted sockets inherit their listener's). Set later, on a connected
+// socket, the buffer would be smaller than the window already advertised:
+// the kernel then prunes what overruns it and the sender retransmits with
+// backoff, which made these tests time out under load.
+func smallReceiveBuffer(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, testSocketBuffer)
+	}); err != nil {
+		return err
 	}
+	return serr
+}
+
+// dialStalledPeer opens a raw client peer to addr, handshake done (with
+// h's extra request lines), whose socket takes little before it pushes
+// back. The peer then simply does not read until the test lets it.
+func dialStalledPeer(t *testing.T, addr string, h http.Header) *rawpeer.Peer {
+	t.Helper()
+	d := net.Dialer{Timeout: wireTimeout, Control: smallReceiveBuffer}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rawpeer.NewPeer(nc, true)
+	p.SetTimeout(wireTimeout)
+	t.Cleanup(func() { p.Close() })
+	key := rawpeer.NewKey()
+	if err := p.WriteRaw(rawpeer.HandshakeRequest(addr, "/", key, h)); err != nil {
+		t.Fatalf("raw client handshake: %v", err)
+	}
+	if _, err := p.ReadResponse(key); err != nil {
+		t.Fatalf("raw client handshake: %v", err)
+	}
+	return p
+}
+
+// listenSmallReceive opens a loopback listener, closed when the test
+// ends, whose connections' sockets take little before they push back.
+func listenSmallReceive(t *testing.T) net.Listener {
+	t.Helper()
+	lc := net.ListenConfig{Control: smallReceiveBuffer}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// dialStalledRaw dials, with rally and opts, a one-connection raw server
+// on loopback whose socket takes little before it pushes back, and
+// returns the client connection and the server's raw peer.
+func dialStalledRaw(t *testing.T, opts *rally.DialOptions) (*rally.Conn, *rawpeer.Peer) {
+	t.Helper()
+	ln := listenSmallReceive(t)
+	peers := make(chan *rawpeer.Peer, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			peers <- nil
+			return
+		}
+		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout)
+		if err != nil {
+			nc.Close()
+			p = nil
+		}
+		peers <- p
+	}()
+	c, _, err := rally.Dial(ctxT(t), "ws://"+ln.Addr().String()+"/", opts)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	p := <-peers
+	if p == nil {
+		t.Fatal("raw server handshake failed")
+	}
+	t.Cleanup(func() { p.Close() })
+	return c, p
 }
 
 // smallSendBuffers gives every connection it accepts a small send buffer.
@@ -85,11 +163,10 @@ func stalledSides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *
 				conns <- c
 			}
 		}))
-		p := dialPeer(t, addr)
+		p := dialStalledPeer(t, addr, nil)
 		select {
 		case c := <-conns:
 			t.Cleanup(func() { c.CloseNow() })
-			stopReading(p)
 			f(t, c, p, false)
 		case <-time.After(wireTimeout):
 			t.Fatal("Accept did not return a connection")
@@ -97,7 +174,7 @@ func stalledSides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *
 	})
 	t.Run("Client", func(t *testing.T) {
 		var d net.Dialer
-		c, p := dialRaw(t, &rally.DialOptions{ConnOptions: opts,
+		c, p := dialStalledRaw(t, &rally.DialOptions{ConnOptions: opts,
 			NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				nc, err := d.DialContext(ctx, network, addr)
 				if tc, ok := nc.(*net.TCPConn); ok {
@@ -105,7 +182,6 @@ func stalledSides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *
 				}
 				return nc, err
 			}})
-		stopReading(p)
 		f(t, c, p, true)
 	})
 }
@@ -119,8 +195,7 @@ func servedStalled(t *testing.T, s *rally.Server) (*rally.Conn, *rawpeer.Peer, *
 	opened := make(chan *rally.Conn, 1)
 	s.Open = func(c *rally.Conn) { opened <- c }
 	s.Close = rec.close
-	p := dialPeer(t, serveSmall(t, s))
-	stopReading(p)
+	p := dialStalledPeer(t, serveSmall(t, s), nil)
 	select {
 	case c := <-opened:
 		return c, p, rec

@@ -2,6 +2,7 @@ package rally
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,13 @@ const (
 	MemoryHandshakes MemoryCategory = iota
 	// MemoryAssembly is messages being assembled from their frames.
 	MemoryAssembly
-	// MemoryInflate is the output of decompressing messages.
+	// MemoryInflate is compressed messages (permessage-deflate) being
+	// assembled: what they inflate to, as it is gathered, not the bytes
+	// that arrived. A message streamed with Conn.Reader is not gathered:
+	// the inflater hands it out 32 KiB at most at a time. The inflater's
+	// own state (36 KiB while a message is inflated, and the 32 KiB
+	// window a connection with context takeover keeps between messages)
+	// is a cost per connection, not charged.
 	MemoryInflate
 	// MemorySendQueues is what waits in connections' send queues, capacity
 	// included.
@@ -91,6 +98,28 @@ func (p Pressure) String() string {
 // the limit a server refuses instead of growing (a new handshake gets 503,
 // a message that would need more memory is failed with 1009 or 1013, the
 // largest slow send queues are shed first).
+//
+// Send queues are the exception to "charged before memory is taken": what
+// a user can rely on is
+//   - a non-blocking send (Conn.Send, SendCompress, a PreparedMessage)
+//     that would wait in the queue (the peer is not taking bytes) is
+//     checked first: if its frame does not fit in what connections may
+//     hold, the connection's buffer-limit policy applies at once, as past
+//     ConnOptions.BufferLimit (Dropped, or closed with the policy's code),
+//     and the largest queues are cut as below;
+//   - the queue's buffers grow first and are charged right after (within
+//     the same call, before the write lock is released), at their
+//     capacity, not the bytes in them. So one growth (a buffer doubling,
+//     or a blocking Write, a Writer's fragment or a control frame, which
+//     are not checked first) may take the budget past its share for
+//     connections, or past the limit, by that much;
+//   - when a growth takes what is charged past that share, the largest
+//     queues (64 KiB or more, up to four at a time) are cut at once,
+//     whatever the buffer-limit policy: their peers are not reading, so
+//     no close frame is sent; the application sees a *CloseError with
+//     code 1006;
+//   - Relieve sheds the same way from PressureElevated, which observed
+//     memory (Observe) reaches first.
 //
 // One budget may be shared by several servers of a process, so that their
 // sum is bounded. Charging and releasing are lock-free; every method is
@@ -515,13 +544,33 @@ func queueBucket(n int64) int {
 // sizeRegistry keeps the owners of large queues (or messages) in
 // power-of-two buckets of their size, as Envoy's overload manager does
 // for its streams, so that the largest can be found without sorting.
+//
+// It is split in shards, each with its own lock, an owner always in the
+// same one: a thousand connections whose messages grow at once each take
+// one shard's lock a few times, and a lock holder that the scheduler
+// preempts (a machine busy reading what they send) holds up only the
+// owners of its shard, not every one of them (one lock made a convoy that
+// kept the readers waiting about 120 ms each in the first second of
+// `rally bench partial` at /echo's limit).
 type sizeRegistry[T comparable] struct {
+	seed   maphash.Seed // picks an owner's shard
+	count  [numQueueBuckets]atomic.Int64
+	shards [registryShards]registryShard[T]
+	once   sync.Once
+	next   atomic.Uint32 // the shard takeLargest starts from, in turn
+}
+
+// registryShards is the number of locks of a sizeRegistry.
+const registryShards = 16
+
+type registryShard[T comparable] struct {
 	mu      sync.Mutex
 	buckets [numQueueBuckets]map[T]struct{}
+	_       [64]byte // a shard's lock on a cache line of its own
 }
 
 // refile files o under its new size, now bytes, after it held old bytes:
-// it takes the lock only when the size crosses a bucket boundary at or
+// it takes a lock only when the size crosses a bucket boundary at or
 // above minTrackedQueue; now == 0 removes o.
 func (r *sizeRegistry[T]) refile(o T, old, now int64) {
 	if from, to := queueBucket(old), queueBucket(now); from != to {
@@ -540,35 +589,61 @@ func (r *sizeRegistry[T]) shed(n int, f func(T)) int {
 }
 
 func (r *sizeRegistry[T]) move(o T, from, to int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.once.Do(func() { r.seed = maphash.MakeSeed() })
+	sh := &r.shards[maphash.Comparable(r.seed, o)%registryShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if from >= 0 {
-		delete(r.buckets[from], o)
+		if _, ok := sh.buckets[from][o]; ok {
+			delete(sh.buckets[from], o)
+			r.count[from].Add(-1)
+		}
 	}
 	if to >= 0 {
-		if r.buckets[to] == nil {
-			r.buckets[to] = map[T]struct{}{}
+		if sh.buckets[to] == nil {
+			sh.buckets[to] = map[T]struct{}{}
 		}
-		r.buckets[to][o] = struct{}{}
+		if _, ok := sh.buckets[to][o]; !ok {
+			sh.buckets[to][o] = struct{}{}
+			r.count[to].Add(1)
+		}
 	}
 }
 
 // takeLargest removes and returns up to n owners, from the largest bucket
-// down. Within a bucket (sizes within a factor of two) any will do. An
-// owner taken is tracked again when its queue next crosses a bucket
-// boundary; one that is closing releases everything and leaves.
+// down, visiting only buckets that hold some and, in each, the shards in
+// turn from a different one each time. Within a bucket (sizes within a
+// factor of two) any will do. An owner taken is tracked again when its
+// queue next crosses a bucket boundary; one that is closing releases
+// everything and leaves.
 func (r *sizeRegistry[T]) takeLargest(n int) []T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []T
+	first := int(r.next.Add(1))
 	for i := numQueueBuckets - 1; i >= 0 && len(out) < n; i-- {
-		for o := range r.buckets[i] {
-			if len(out) == n {
-				break
+		for j := 0; j < registryShards && len(out) < n && r.count[i].Load() > 0; j++ {
+			sh := &r.shards[(first+j)%registryShards]
+			sh.mu.Lock()
+			for o := range sh.buckets[i] {
+				if len(out) == n {
+					break
+				}
+				delete(sh.buckets[i], o)
+				r.count[i].Add(-1)
+				out = append(out, o)
 			}
-			delete(r.buckets[i], o)
-			out = append(out, o)
+			sh.mu.Unlock()
 		}
 	}
 	return out
+}
+
+// gatherCategory is what a message whose gathering starts now is charged
+// to: MemoryInflate when its bytes come out of the inflater (a compressed
+// message, charged for what it inflates to, not for what arrived), else
+// MemoryAssembly. Both share AssemblyShare.
+func (c *Conn) gatherCategory() MemoryCategory {
+	if c.z != nil && c.z.inflating {
+		return MemoryInflate
+	}
+	return MemoryAssembly
 }

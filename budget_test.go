@@ -2,6 +2,7 @@ package rally
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -355,5 +356,40 @@ func TestMemoryCategoryNames(t *testing.T) {
 	}
 	if want := "handshakes assembly inflate send_queues"; strings.Join(got, " ") != want {
 		t.Errorf("names %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// Owners filed from many goroutines at once (a crowd of connections
+// whose queues grow together) are all found again, the largest first,
+// whichever of the registry's locks each landed under.
+func TestMemoryBudgetShedsTheLargestOfManyQueuesFiledConcurrently(t *testing.T) {
+	b := NewMemoryBudget(0)
+	var shed []string
+	queues := make([]*fakeQueue, 256)
+	var wg sync.WaitGroup
+	for i := range queues {
+		q := &fakeQueue{name: strconv.Itoa(i), size: int64(64<<10) << (i % 4)}
+		queues[i] = q
+		wg.Go(func() {
+			for size := int64(64 << 10); size <= q.size; size *= 2 {
+				b.track(q, size/2, size) // grows by doubling, as a buffer does
+			}
+		})
+	}
+	wg.Wait()
+	for _, q := range queues {
+		q.shed = &shed
+	}
+	if n := b.shedLargest(100); n != 100 {
+		t.Fatalf("shedLargest(100) shed %d of 256", n)
+	}
+	size := func(name string) int64 { i, _ := strconv.Atoi(name); return queues[i].size }
+	for i, name := range shed {
+		if i < 64 && size(name) != 512<<10 || i >= 64 && size(name) != 256<<10 {
+			t.Fatalf("shed #%d is a queue of %d bytes; want the 64 of 512 KiB first, then those of 256 KiB", i, size(name))
+		}
+	}
+	if n := b.shedLargest(1000); n != 156 {
+		t.Errorf("the rest: shed %d, want 156", n)
 	}
 }

@@ -52,8 +52,7 @@ func acceptStalled(t *testing.T, opts *rally.AcceptOptions, h http.Header) (*ral
 			conns <- c
 		}
 	}))
-	p, _ := dialPeerWith(t, addr, h)
-	stopReading(p)
+	p := dialStalledPeer(t, addr, h)
 	select {
 	case c := <-conns:
 		t.Cleanup(func() { c.CloseNow() })
@@ -520,7 +519,7 @@ func clientSendDoneAfterReset(t *testing.T, overTLS bool) {
 // would never be read (its close flushed on the socket a blocked flush
 // held). The issue suspected up to 5 s; it waited until the peer went.
 func TestCloseNowOverTLSReturnsWhileThePeerDoesNotRead(t *testing.T) {
-	ln := listen(t)
+	ln := listenSmallReceive(t)
 	peers := make(chan *rawpeer.Peer, 1)
 	go func() {
 		nc, err := ln.Accept()
@@ -528,7 +527,6 @@ func TestCloseNowOverTLSReturnsWhileThePeerDoesNotRead(t *testing.T) {
 			peers <- nil
 			return
 		}
-		nc.(*net.TCPConn).SetReadBuffer(testSocketBuffer)
 		p, _, err := rawpeer.AcceptServer(tls.Server(nc, modelTLS()), nil, wireTimeout)
 		if err != nil {
 			p = nil

@@ -117,6 +117,8 @@ type loop struct {
 	// per connection. Owned by the loop goroutine but for the timer.
 	sweeper    *time.Timer
 	sweepEvery time.Duration
+
+	acc loopAccept // request heads of Serve's connections (loop_accept_linux.go)
 }
 
 // sharedLocal returns a pointer to a, the same one for every connection
@@ -133,7 +135,8 @@ func (l *loop) sharedLocal(a netip.AddrPort) *netip.AddrPort {
 
 type loopTask struct {
 	t     *loopTransport
-	close bool // else adopt (or, with t nil, sweep)
+	close bool      // else adopt (or, with t nil, sweep)
+	h     *loopHead // a request head to read, or to cut (loop_accept_linux.go)
 }
 
 // loopTurns numbers the turns of every loop, so that a turn's mark on a
@@ -280,19 +283,26 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
 	c.rd.sem = nil
-	if x := c.x.Load(); x != nil && x.keepalive != nil {
-		// The loop's sweep pings and times out its connections: no timer
-		// per connection.
-		x.keepalive.Stop()
-		x.keepalive = nil
-		t.keepalive = c.keepalivePeriod()
-		if x.subprotocol == "" && x.data == nil && x.reader == nil && x.onClose == nil {
-			c.x.Store(nil) // nothing else was needed: the connection holds none
-		}
-	}
+	c.keepaliveToLoop(t)
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
 	return true
+}
+
+// keepaliveToLoop hands c's pings and idle timeout to t's loop, whose sweep
+// looks after its connections: no timer per connection, and no connExtras
+// kept for the timer alone. The caller holds c's write lock.
+func (c *Conn) keepaliveToLoop(t *loopTransport) {
+	x := c.x.Load()
+	if x == nil || x.keepalive == nil {
+		return
+	}
+	x.keepalive.Stop()
+	x.keepalive = nil
+	t.keepalive = c.keepalivePeriod()
+	if x.subprotocol == "" && x.data == nil && x.reader == nil && x.onClose == nil {
+		c.x.Store(nil) // nothing else was needed: the connection holds none
+	}
 }
 
 // pick chooses the loop for a new connection, the least loaded, starting
@@ -436,7 +446,9 @@ func (l *loop) runTasks() {
 	l.tasks = l.spare[:0]
 	l.taskMu.Unlock()
 	for i, task := range tasks {
-		if task.t == nil {
+		if task.h != nil {
+			l.headTask(task.h)
+		} else if task.t == nil {
 			l.sweep()
 		} else if task.close {
 			l.closing = append(l.closing, task.t)
@@ -462,7 +474,7 @@ func (l *loop) register(t *loopTransport) {
 	c.rd.g.Store(l.g)
 	c.wr.mu.Lock()
 	var err error
-	if t.fd >= 0 {
+	if t.fd >= 0 && !t.registered { // a socket whose head the loop read is in epoll already
 		t.registered = true
 		err = l.p.Add(t.fd, t.tag, t.armed)
 	}
@@ -505,6 +517,7 @@ func (l *loop) armSweep(period time.Duration) {
 // sweep does the keepalive work of the connections that are due.
 func (l *loop) sweep() {
 	now := time.Now()
+	l.sweepHeads(now)
 	ns := now.UnixNano()
 	for _, t := range l.table {
 		if t == nil || t.keepalive <= 0 || t.closed || ns < t.due {
@@ -523,6 +536,10 @@ func (l *loop) sweep() {
 // event handles one readiness report.
 func (l *loop) event(e netpoll.Event) {
 	fd := int(uint32(e.Tag))
+	if h := l.headOf(fd, e.Tag); h != nil {
+		l.headEvent(h)
+		return
+	}
 	if fd >= len(l.table) {
 		return
 	}
@@ -618,7 +635,11 @@ func (l *loop) windDown(t *loopTransport) {
 		if err == errAgain {
 			return
 		}
-		if err != nil || n == 0 {
+		t.dropped += n
+		// At most lingerBytes are dropped, as in goroutine mode: a peer
+		// that keeps sending after the close is cut, not read until the
+		// close timeout.
+		if err != nil || n == 0 || t.dropped >= lingerBytes {
 			c.finish(c.rd.end)
 			return
 		}
@@ -774,6 +795,7 @@ type loopTransport struct {
 	winding bool  // the read side ended with a close frame: winding TCP down
 	shut    bool  // the sending side is shut
 	closed  bool
+	dropped int // bytes read and dropped while winding down (at most lingerBytes)
 }
 
 // tryWrite writes a then b at once, without blocking. The caller holds

@@ -92,19 +92,30 @@ func TestServerServesARawListenerInBothModes(t *testing.T) {
 			p := dialPeer(t, ln.Addr().String())
 			p.WriteRaw(maskedZero(hx("81 02 68 69")))
 			wantWire(t, p, "81 02 68 69")
-			shut := make(chan error, 1)
-			go func() { shut <- s.Shutdown(context.Background()) }()
-			p.ExpectClose(t, 1001)
-			p.WriteRaw(maskedZero(hx("88 02 03 e9")))
-			p.ExpectEOF(t)
-			p.Close()
-			if err := <-shut; err != nil {
-				t.Fatalf("Shutdown: %v", err)
-			}
-			if err := <-served; err != http.ErrServerClosed {
-				t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
-			}
+			shutdownAnswering(t, s, served, p)
 		})
+	}
+}
+
+// shutdownAnswering shuts s down while each peer answers the server's 1001
+// close frame and sees the connection end, then checks that Shutdown
+// returned cleanly and that Serve (whose result served carries) returned
+// http.ErrServerClosed.
+func shutdownAnswering(t *testing.T, s *rally.Server, served <-chan error, peers ...*rawpeer.Peer) {
+	t.Helper()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	for _, p := range peers {
+		p.ExpectClose(t, 1001)
+		p.WriteRaw(maskedZero(hx("88 02 03 e9")))
+		p.ExpectEOF(t)
+		p.Close()
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; err != http.ErrServerClosed {
+		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
 	}
 }
 
@@ -176,22 +187,13 @@ func TestEventLoopLeavesNoGoroutineNorDescriptorAfterItsConnectionsEnd(t *testin
 		}
 	}
 	// The rest are told to go by Shutdown.
-	shut := make(chan error, 1)
-	go func() { shut <- s.Shutdown(context.Background()) }()
+	var rest []*rawpeer.Peer
 	for i, p := range peers {
 		if i%3 == 2 {
-			p.ExpectClose(t, 1001)
-			p.WriteRaw(maskedZero(hx("88 02 03 e9")))
-			p.ExpectEOF(t)
-			p.Close()
+			rest = append(rest, p)
 		}
 	}
-	if err := <-shut; err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-served; err != http.ErrServerClosed {
-		t.Fatalf("Serve = %v", err)
-	}
+	shutdownAnswering(t, s, served, rest...)
 	for range n {
 		select {
 		case <-rec.closed:
@@ -341,8 +343,7 @@ func TestEventLoopWriteInACallbackDoesNotWaitForASlowPeer(t *testing.T) {
 			results <- nil
 		},
 	}
-	p := dialPeer(t, serve(t, s))
-	tcpOf(p.NetConn()).SetReadBuffer(4 << 10)
+	p := dialStalledPeer(t, serve(t, s), nil)
 	p.WriteRaw(maskedZero(hx("81 02 67 6f")))
 	select {
 	case err := <-results:

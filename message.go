@@ -17,10 +17,14 @@ import (
 // message is a data message being gathered across reads (or, once whole,
 // handed out until the next event).
 type message struct {
-	buf     *[]byte
-	typ     frame.Opcode // Text or Binary (a byte, so that it packs with handed)
-	handed  bool         // buf holds a whole message handed out by nextMessage
-	charged int64        // bytes of buf's capacity charged to the memory budget
+	buf    *[]byte
+	typ    frame.Opcode // Text or Binary (a byte, so that it packs with handed)
+	handed bool         // buf holds a whole message handed out by nextMessage
+	// cat is the MemoryCategory charged is charged to: MemoryInflate for a
+	// compressed message (its inflated bytes), else MemoryAssembly (a
+	// byte, so that it packs with typ and handed).
+	cat     uint8
+	charged int64 // bytes of buf's capacity charged to the memory budget
 
 	// filed is charged as the budget files it for shedding (see
 	// MemoryBudget.trackMessage); atomic, as shedding reads it.
@@ -47,8 +51,12 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 		ev, err := c.nextEvent(ctx)
 		if err != nil {
 			// Gathering is suspended (a context ended) or over: what the
-			// application does not read is not the peer's slowness.
-			m.pace.stop()
+			// application does not read is not the peer's slowness. An
+			// event loop that used up what arrived (errLoopDry) is waiting
+			// for the peer: the bound goes on.
+			if err != errLoopDry {
+				m.pace.stop()
+			}
 			if c.rd.end != nil && m.buf != nil {
 				// The connection ended within the message: nothing will
 				// come of it, so its memory and its charge go back now.
@@ -63,6 +71,7 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			// Room for the rest of the frame, up to twice what arrived
 			// (what the first growth would take), so it is copied once.
 			n := len(ev.payload) + int(min(c.rd.p.remaining, int64(len(ev.payload))))
+			m.cat = uint8(c.gatherCategory())
 			if err := c.chargeMessage(0, n); err != nil {
 				return 0, nil, err
 			}
@@ -110,7 +119,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 		return nil
 	}
 	d := int64(bufpool.Cap(n) - old)
-	if !b.charge(MemoryAssembly, d) {
+	if !b.charge(MemoryCategory(c.rd.msg.cat), d) {
 		c.rd.msg.pace.stop()
 		return c.violated(violation(frame.CloseTryAgainLater, "server memory is exhausted"))
 	}
@@ -124,7 +133,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 func (c *Conn) releaseMessage() {
 	m := &c.rd.msg
 	if b := c.opts.MemoryBudget; b != nil {
-		b.release(MemoryAssembly, m.charged)
+		b.release(MemoryCategory(m.cat), m.charged)
 		b.trackMessage(c, m.filed.Swap(0), 0)
 		m.pace.stop()
 	}

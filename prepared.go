@@ -3,6 +3,7 @@ package rally
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rallyws/rally/deflate"
 	"github.com/rallyws/rally/frame"
@@ -16,24 +17,63 @@ type PreparedMessage struct {
 	typ     MessageType
 	frame   []byte // header and payload as a server sends them
 	payload []byte // a slice of frame
+	// more is made on first use (made tells when): a message that no
+	// receiver compresses or validates costs one allocation, its frame.
+	// Nothing takes pm's address into a lock or a pointer atomic, so that
+	// a caller that keeps no pm (a pub/sub publish) has it on its stack.
+	made atomic.Bool
+	more *preparedMore
+}
 
+// preparedMore is what a prepared message makes on first use.
+type preparedMore struct {
 	mu       sync.Mutex
-	variants []preparedDeflate // compressed frames, made on first use
+	variants []preparedDeflate // compressed frames
 
 	checkOnce sync.Once
-	invalid   error // the payload's UTF-8 check, made on first use
+	invalid   error // the payload's UTF-8 check
+}
+
+// makingMore serialises the making of prepared messages' more: taken
+// once per message at most, by the first receiver that needs it.
+var makingMore sync.Mutex
+
+// extra returns pm.more, made by the first receiver that needs it.
+func (pm *PreparedMessage) extra() *preparedMore {
+	if !pm.made.Load() {
+		makingMore.Lock()
+		if !pm.made.Load() {
+			pm.more = new(preparedMore)
+			pm.made.Store(true)
+		}
+		makingMore.Unlock()
+	}
+	return pm.more
 }
 
 // NewPreparedMessage frames a copy of p as a message of type typ.
 func NewPreparedMessage(typ MessageType, p []byte) (*PreparedMessage, error) {
-	if !typ.valid() {
+	// Small enough to be inlined: the message lives where its caller
+	// keeps it, on the caller's stack if it keeps it nowhere else.
+	pm := &PreparedMessage{typ: typ}
+	if !pm.prepare(p) {
 		return nil, errWriteType
 	}
-	h := frame.Header{Fin: true, Opcode: frame.Opcode(typ), Length: int64(len(p))}
+	return pm, nil
+}
+
+// prepare frames a copy of p as pm's frame; false if pm's type is not
+// that of a message.
+func (pm *PreparedMessage) prepare(p []byte) bool {
+	if !pm.typ.valid() {
+		return false
+	}
+	h := frame.Header{Fin: true, Opcode: frame.Opcode(pm.typ), Length: int64(len(p))}
 	b := make([]byte, h.Size()+len(p))
 	n := frame.Put(b, h)
 	copy(b[n:], p)
-	return &PreparedMessage{typ: typ, frame: b, payload: b[n:]}, nil
+	pm.frame, pm.payload = b, b[n:]
+	return true
 }
 
 // Type returns the message's type.
@@ -70,8 +110,9 @@ func (c *Conn) checkPrepared(pm *PreparedMessage) error {
 	if pm.typ != Text || !c.opts.ValidateUTF8OnSend {
 		return nil
 	}
-	pm.checkOnce.Do(func() { pm.invalid = c.checkMessage(Text, pm.payload) })
-	return pm.invalid
+	m := pm.extra()
+	m.checkOnce.Do(func() { m.invalid = c.checkMessage(Text, pm.payload) })
+	return m.invalid
 }
 
 // preparedFrame is the frame of pm this server connection sends: shared
@@ -102,9 +143,10 @@ type preparedDeflate struct {
 }
 
 func (pm *PreparedMessage) deflated(level, bits int) []byte {
-	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	for _, v := range pm.variants {
+	m := pm.extra()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, v := range m.variants {
 		if v.level == level && v.bits == bits {
 			return v.frame
 		}
@@ -114,6 +156,6 @@ func (pm *PreparedMessage) deflated(level, bits int) []byte {
 	b := make([]byte, h.Size()+len(body))
 	n := frame.Put(b, h)
 	copy(b[n:], body)
-	pm.variants = append(pm.variants, preparedDeflate{level: level, bits: bits, frame: b})
+	m.variants = append(m.variants, preparedDeflate{level: level, bits: bits, frame: b})
 	return b
 }

@@ -96,7 +96,7 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 		r.held = m.buf
 		r.chunk = *m.buf
 		m.buf = nil
-		c.opts.MemoryBudget.release(MemoryAssembly, m.charged)
+		c.opts.MemoryBudget.release(MemoryCategory(m.cat), m.charged)
 		m.charged = 0
 		return MessageType(m.typ), r, nil
 	}

@@ -61,7 +61,11 @@ type Server struct {
 	// Elsewhere it is ignored (goroutine mode). Connections over TLS
 	// (net/http's, or NewTLSListener's) and WebSockets over HTTP/2 stay
 	// in goroutine mode. Serve and ServeHTTP both hand connections to the
-	// loops; the handshake itself runs on a goroutine, as without loops.
+	// loops. ServeHTTP's handshake runs on net/http's goroutine; Serve's
+	// runs in the loops, with no goroutine per connection (a TLS
+	// listener's on a goroutine): there Options' Authorize,
+	// SelectSubprotocol, ResponseHeader and OnHandshakeError run on the
+	// loop goroutine, like the callbacks below, and must not block.
 	//
 	// The callbacks then run on the loop goroutine, which serves many
 	// connections: a callback that blocks holds up all of them (the loop
@@ -168,7 +172,10 @@ func (s *Server) start(c *Conn, h2 bool) {
 // Serve accepts connections on ln and serves them, without net/http: each
 // opening handshake is read and answered as by Upgrade (Options'
 // MaxHeaderBytes and HandshakeTimeout bound the request head), then the
-// connection is served like those of ServeHTTP. Server.Upgrade, which
+// connection is served like those of ServeHTTP. With EventLoop (on
+// Linux), the event loops read and answer the heads, with the same bounds
+// and answers, and no goroutine per connection in its handshake: Serve's
+// own goroutine accepts. Server.Upgrade, which
 // needs net/http, cannot be used with Serve (Serve returns an error at
 // once if it is set): decide on a request with Options.Authorize instead.
 //
@@ -203,6 +210,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		if !s.set.begin() {
 			nc.Close()
 			continue
+		}
+		if (s.EventLoop || testEventLoop) && s.loops.handshake(s, nc) {
+			continue // a loop reads the head (loop_accept_linux.go)
 		}
 		go s.handshake(nc)
 	}

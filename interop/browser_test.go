@@ -192,116 +192,118 @@ type closeEvent struct {
 // TestChromiumTalksToRallyServer drives headless Chromium on a page that
 // rally serves: connect, echo of text (outside ASCII too), ArrayBuffer,
 // Blob and 1 MiB messages, close codes and reasons from both sides as the
-// page's CloseEvent reports them.
+// page's CloseEvent reports them; with the server in each mode.
 func TestChromiumTalksToRallyServer(t *testing.T) {
-	url, ends := echoServer(t)
-	ctx := startBrowser(t, url+"/")
+	inModes(t, func(t *testing.T, mode serverMode) {
+		url, ends := echoServer(t, mode)
+		ctx := startBrowser(t, url+"/")
 
-	t.Run("connects without extensions or subprotocol", func(t *testing.T) {
-		var r struct {
-			ReadyState int        `json:"readyState"`
-			Protocol   string     `json:"protocol"`
-			Extensions string     `json:"extensions"`
-			Close      closeEvent `json:"close"`
-			Error      string     `json:"error"`
-		}
-		run(t, ctx, &r, "connect")
-		// The browser offers permessage-deflate; this Server declines it (no
-		// AcceptOptions.Compression: off by default, as npm ws; see deflate_test.go).
-		if r.Error != "" || r.ReadyState != 1 || r.Protocol != "" || r.Extensions != "" {
-			t.Errorf("page saw %+v, want open (1) with no protocol and no extensions", r)
-		}
-		if r.Close != (closeEvent{Code: 1000, WasClean: true}) {
-			t.Errorf("CloseEvent %+v, want 1000, clean", r.Close)
-		}
-		if ce := serverEnd(t, ends); ce.Code != 1000 {
-			t.Errorf("server saw %v, want 1000", ce)
-		}
-	})
-
-	for _, c := range []struct {
-		kind      string
-		wantType  string
-		wantLen   int
-		wantBytes int // UTF-8 length, for text
-	}{
-		{"text", "[object String]", 18, 26},
-		{"text-1MiB", "[object String]", 3*349525 + 1, 5*349525 + 1},
-		{"arraybuffer", "[object ArrayBuffer]", 256, 0},
-		{"arraybuffer-1MiB", "[object ArrayBuffer]", 1 << 20, 0},
-		{"blob", "[object Blob]", 300, 0},
-	} {
-		t.Run("echoes "+c.kind, func(t *testing.T) {
+		t.Run("connects without extensions or subprotocol", func(t *testing.T) {
 			var r struct {
-				Type      string     `json:"type"`
-				Equal     bool       `json:"equal"`
-				Length    int        `json:"length"`
-				UTF8Bytes int        `json:"utf8Bytes"`
-				Close     closeEvent `json:"close"`
-				Error     string     `json:"error"`
+				ReadyState int        `json:"readyState"`
+				Protocol   string     `json:"protocol"`
+				Extensions string     `json:"extensions"`
+				Close      closeEvent `json:"close"`
+				Error      string     `json:"error"`
 			}
-			run(t, ctx, &r, "echo", c.kind)
-			if r.Error != "" || r.Type != c.wantType || !r.Equal || r.Length != c.wantLen || r.UTF8Bytes != c.wantBytes {
-				t.Errorf("page saw %+v, want %s of length %d (%d UTF-8 bytes), equal to what it sent", r, c.wantType, c.wantLen, c.wantBytes)
+			run(t, ctx, &r, "connect")
+			// The browser offers permessage-deflate; this Server declines it (no
+			// AcceptOptions.Compression: off by default, as npm ws; see deflate_test.go).
+			if r.Error != "" || r.ReadyState != 1 || r.Protocol != "" || r.Extensions != "" {
+				t.Errorf("page saw %+v, want open (1) with no protocol and no extensions", r)
 			}
-			if r.Close.Code != 1000 || !r.Close.WasClean {
+			if r.Close != (closeEvent{Code: 1000, WasClean: true}) {
 				t.Errorf("CloseEvent %+v, want 1000, clean", r.Close)
 			}
-			serverEnd(t, ends)
+			if ce := serverEnd(t, ends); ce.Code != 1000 {
+				t.Errorf("server saw %v, want 1000", ce)
+			}
 		})
-	}
 
-	for _, c := range []struct {
-		code   int
-		reason string
-		server uint16 // what the server reports
-	}{
-		{1000, "", 1000},
-		{1000, "done ✓", 1000},
-		{3000, "registered", 3000},
-		{4999, strings.Repeat("r", 123), 4999},
-		{0, "", 1005}, // close() with no code sends an empty body
-	} {
-		t.Run(fmt.Sprintf("page closes with %d and a reason of %d bytes", c.code, len(c.reason)), func(t *testing.T) {
-			var r closeEvent
-			run(t, ctx, &r, "close", c.code, c.reason)
-			// rally echoes the page's code and reason.
-			want := closeEvent{Code: c.code, Reason: c.reason, WasClean: true}
-			if c.code == 0 {
-				want.Code = 1005
-			}
-			if r != want {
-				t.Errorf("CloseEvent %+v, want %+v", r, want)
-			}
-			if ce := serverEnd(t, ends); ce.Code != c.server || ce.Reason != c.reason {
-				t.Errorf("server saw %d %q, want %d %q", ce.Code, ce.Reason, c.server, c.reason)
-			}
-		})
-	}
+		for _, c := range []struct {
+			kind      string
+			wantType  string
+			wantLen   int
+			wantBytes int // UTF-8 length, for text
+		}{
+			{"text", "[object String]", 18, 26},
+			{"text-1MiB", "[object String]", 3*349525 + 1, 5*349525 + 1},
+			{"arraybuffer", "[object ArrayBuffer]", 256, 0},
+			{"arraybuffer-1MiB", "[object ArrayBuffer]", 1 << 20, 0},
+			{"blob", "[object Blob]", 300, 0},
+		} {
+			t.Run("echoes "+c.kind, func(t *testing.T) {
+				var r struct {
+					Type      string     `json:"type"`
+					Equal     bool       `json:"equal"`
+					Length    int        `json:"length"`
+					UTF8Bytes int        `json:"utf8Bytes"`
+					Close     closeEvent `json:"close"`
+					Error     string     `json:"error"`
+				}
+				run(t, ctx, &r, "echo", c.kind)
+				if r.Error != "" || r.Type != c.wantType || !r.Equal || r.Length != c.wantLen || r.UTF8Bytes != c.wantBytes {
+					t.Errorf("page saw %+v, want %s of length %d (%d UTF-8 bytes), equal to what it sent", r, c.wantType, c.wantLen, c.wantBytes)
+				}
+				if r.Close.Code != 1000 || !r.Close.WasClean {
+					t.Errorf("CloseEvent %+v, want 1000, clean", r.Close)
+				}
+				serverEnd(t, ends)
+			})
+		}
 
-	for _, c := range []struct {
-		name    string
-		command string
-		want    closeEvent
-		server  uint16
-		reason  string // the server's reason, when it checks one
-	}{
-		{"server closes with 1000", "close 1000 bye", closeEvent{Code: 1000, Reason: "bye", WasClean: true}, 1000, ""},
-		{"server closes with 1001", "close 1001 going away", closeEvent{Code: 1001, Reason: "going away", WasClean: true}, 1001, ""},
-		{"server closes with 4000 and a reason outside ASCII", "close 4000 adiós €", closeEvent{Code: 4000, Reason: "adiós €", WasClean: true}, 4000, ""},
-		// Chromium fails the connection with a close frame of 1002 (not
-		// 1007, as ws and rally would) and reports 1006 to the page.
-		{"server sends text that is not UTF-8", "bad-utf8", closeEvent{Code: 1006}, 1002, "Invalid UTF-8 in text frame"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var r closeEvent
-			run(t, ctx, &r, "serverClose", c.command)
-			if r != c.want {
-				t.Errorf("CloseEvent %+v, want %+v", r, c.want)
-			}
-			if ce := serverEnd(t, ends); ce.Code != c.server || (c.reason != "" && ce.Reason != c.reason) {
-				t.Errorf("server saw %v, want %d %q", ce, c.server, c.reason)
-			}
-		})
-	}
+		for _, c := range []struct {
+			code   int
+			reason string
+			server uint16 // what the server reports
+		}{
+			{1000, "", 1000},
+			{1000, "done ✓", 1000},
+			{3000, "registered", 3000},
+			{4999, strings.Repeat("r", 123), 4999},
+			{0, "", 1005}, // close() with no code sends an empty body
+		} {
+			t.Run(fmt.Sprintf("page closes with %d and a reason of %d bytes", c.code, len(c.reason)), func(t *testing.T) {
+				var r closeEvent
+				run(t, ctx, &r, "close", c.code, c.reason)
+				// rally echoes the page's code and reason.
+				want := closeEvent{Code: c.code, Reason: c.reason, WasClean: true}
+				if c.code == 0 {
+					want.Code = 1005
+				}
+				if r != want {
+					t.Errorf("CloseEvent %+v, want %+v", r, want)
+				}
+				if ce := serverEnd(t, ends); ce.Code != c.server || ce.Reason != c.reason {
+					t.Errorf("server saw %d %q, want %d %q", ce.Code, ce.Reason, c.server, c.reason)
+				}
+			})
+		}
+
+		for _, c := range []struct {
+			name    string
+			command string
+			want    closeEvent
+			server  uint16
+			reason  string // the server's reason, when it checks one
+		}{
+			{"server closes with 1000", "close 1000 bye", closeEvent{Code: 1000, Reason: "bye", WasClean: true}, 1000, ""},
+			{"server closes with 1001", "close 1001 going away", closeEvent{Code: 1001, Reason: "going away", WasClean: true}, 1001, ""},
+			{"server closes with 4000 and a reason outside ASCII", "close 4000 adiós €", closeEvent{Code: 4000, Reason: "adiós €", WasClean: true}, 4000, ""},
+			// Chromium fails the connection with a close frame of 1002 (not
+			// 1007, as ws and rally would) and reports 1006 to the page.
+			{"server sends text that is not UTF-8", "bad-utf8", closeEvent{Code: 1006}, 1002, "Invalid UTF-8 in text frame"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				var r closeEvent
+				run(t, ctx, &r, "serverClose", c.command)
+				if r != c.want {
+					t.Errorf("CloseEvent %+v, want %+v", r, c.want)
+				}
+				if ce := serverEnd(t, ends); ce.Code != c.server || (c.reason != "" && ce.Reason != c.reason) {
+					t.Errorf("server saw %v, want %d %q", ce, c.server, c.reason)
+				}
+			})
+		}
+	})
 }

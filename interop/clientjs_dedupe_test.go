@@ -3,7 +3,6 @@ package interop_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"reflect"
 	"testing"
 
@@ -25,47 +24,48 @@ func TestJSClientDropsMessagesItAlreadyDelivered(t *testing.T) {
 		`{"type":"message","topic":"t","offset":2,"epoch":"e2","data":"2 of e2"}`,
 	}
 	want := []string{"1", "2", "5", "1 of e2", "2 of e2"}
-	fake := &rally.Server{
-		Options: &rally.AcceptOptions{InsecureSkipOriginCheck: true},
-		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
-			var req struct {
-				Type string
-				ID   json.RawMessage
-			}
-			if json.Unmarshal(p, &req) != nil || req.Type != "subscribe" {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-			defer cancel()
-			ack := `{"type":"ack","id":` + string(req.ID) + `,"topic":"t","offset":0,"epoch":"e1"}`
-			for _, f := range append([]string{ack}, frames...) {
-				if c.Write(ctx, rally.Text, []byte(f)) != nil {
+	inModes(t, func(t *testing.T, mode serverMode) {
+		fake := &rally.Server{
+			Options: &rally.AcceptOptions{InsecureSkipOriginCheck: true},
+			Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+				var req struct {
+					Type string
+					ID   json.RawMessage
+				}
+				if json.Unmarshal(p, &req) != nil || req.Type != "subscribe" {
 					return
 				}
-			}
-		},
-	}
-	hs := httptest.NewServer(fake)
-	t.Cleanup(hs.Close)
-	for _, rt := range jsRuntimes {
-		t.Run(rt, func(t *testing.T) {
-			srv := startRallyServe(t, serverConfig()) // serves /client.js and the page
-			base := "http://" + srv.addr
-			c := startJSClient(t, rt, base, hs.URL+"/ws", fastBackoff)
-			c.do("subscribe", map[string]any{"topic": "t"})
-			c.do("connect", nil)
-			c.until("subscribed")
-			var got []string
-			for len(got) < len(want) {
-				var s string
-				if err := json.Unmarshal(receive(t, c, "t"), &s); err != nil {
-					t.Fatal(err)
+				ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+				defer cancel()
+				ack := `{"type":"ack","id":` + string(req.ID) + `,"topic":"t","offset":0,"epoch":"e1"}`
+				for _, f := range append([]string{ack}, frames...) {
+					if c.Write(ctx, rally.Text, []byte(f)) != nil {
+						return
+					}
 				}
-				got = append(got, s)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("delivered %q, want %q", got, want)
-			}
-		})
-	}
+			},
+		}
+		hs := serveRally(t, mode, fake, nil)
+		for _, rt := range jsRuntimes {
+			t.Run(rt, func(t *testing.T) {
+				srv := startRallyServe(t, mode, serverConfig()) // serves /client.js and the page
+				base := "http://" + srv.addr
+				c := startJSClient(t, rt, base, hs.URL+"/ws", fastBackoff)
+				c.do("subscribe", map[string]any{"topic": "t"})
+				c.do("connect", nil)
+				c.until("subscribed")
+				var got []string
+				for len(got) < len(want) {
+					var s string
+					if err := json.Unmarshal(receive(t, c, "t"), &s); err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, s)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("delivered %q, want %q", got, want)
+				}
+			})
+		}
+	})
 }

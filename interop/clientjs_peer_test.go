@@ -298,9 +298,12 @@ type rallyServe struct {
 	stop func()
 }
 
-// startRallyServe serves cfg on a loopback port until stop or the end of t.
-func startRallyServe(t *testing.T, cfg server.Config) *rallyServe {
+// startRallyServe serves cfg, in mode, on a loopback port until stop or
+// the end of t. Once stop returns, the server has shut down: its
+// connections were reported closed, or cut.
+func startRallyServe(t *testing.T, mode serverMode, cfg server.Config) *rallyServe {
 	t.Helper()
+	cfg.EventLoop = mode.eventLoop
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

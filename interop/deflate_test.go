@@ -99,9 +99,9 @@ func checkBothWaysCompressed(t *testing.T, tap *wireTap) {
 	}
 }
 
-// rallyDeflateEcho serves a rally echo server with compression opts and
-// returns its address.
-func rallyDeflateEcho(t *testing.T, opts *rally.CompressionOptions) string {
+// rallyDeflateEcho serves a rally echo server in mode with compression
+// opts and returns its address.
+func rallyDeflateEcho(t *testing.T, mode serverMode, opts *rally.CompressionOptions) string {
 	t.Helper()
 	ws := &rally.Server{
 		Options: &rally.AcceptOptions{Compression: opts, InsecureSkipOriginCheck: true},
@@ -118,9 +118,7 @@ func rallyDeflateEcho(t *testing.T, opts *rally.CompressionOptions) string {
 			}
 		},
 	}
-	hs := httptest.NewServer(ws)
-	t.Cleanup(hs.Close)
-	return hs.Listener.Addr().String()
+	return serveRally(t, mode, ws, nil).Listener.Addr().String()
 }
 
 // writeMessage sends p as one message: with Write, or, above the
@@ -236,46 +234,48 @@ func TestNpmWsClientTalksCompressedToRallyServer(t *testing.T) {
 		{"Windows12AskedByWs", &rally.CompressionOptions{}, map[string]any{"serverMaxWindowBits": 12, "clientMaxWindowBits": 12, "threshold": 0}, "permessage-deflate; server_max_window_bits=12; client_max_window_bits=12"},
 		{"WsDefaultThreshold", &rally.CompressionOptions{Level: 6}, map[string]any{"serverMaxWindowBits": 15}, "permessage-deflate; server_max_window_bits=15"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tap := newWireTap(t, rallyDeflateEcho(t, tc.server))
-			conn := node.call(t, "connect", map[string]any{"url": "ws://" + tap.Addr() + "/", "deflate": tc.ws}).Conn
-			events := node.events(conn)
-			next := func() nodeMsg {
-				select {
-				case m := <-events:
-					return m
-				case <-time.After(waitFor):
-					t.Fatal("npm ws client: no event")
-					return nodeMsg{}
+	inModes(t, func(t *testing.T, mode serverMode) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tap := newWireTap(t, rallyDeflateEcho(t, mode, tc.server))
+				conn := node.call(t, "connect", map[string]any{"url": "ws://" + tap.Addr() + "/", "deflate": tc.ws}).Conn
+				events := node.events(conn)
+				next := func() nodeMsg {
+					select {
+					case m := <-events:
+						return m
+					case <-time.After(waitFor):
+						t.Fatal("npm ws client: no event")
+						return nodeMsg{}
+					}
 				}
-			}
-			if m := next(); m.Ev != "open" || m.Message != tc.answer {
-				t.Fatalf("npm ws client: %+v, want open with %q", m, tc.answer)
-			}
-			for i, msg := range deflateMessages() {
-				parts := 1
-				if len(msg.data) > 32<<10 {
-					parts = 3 // a compressed message in fragments, from ws to rally
+				if m := next(); m.Ev != "open" || m.Message != tc.answer {
+					t.Fatalf("npm ws client: %+v, want open with %q", m, tc.answer)
 				}
-				if r := node.call(t, "send", map[string]any{"conn": conn, "data": hex.EncodeToString(msg.data), "binary": msg.binary, "parts": parts}); r.Error != "" {
-					t.Fatalf("message %d: send: %s", i, r.Error)
+				for i, msg := range deflateMessages() {
+					parts := 1
+					if len(msg.data) > 32<<10 {
+						parts = 3 // a compressed message in fragments, from ws to rally
+					}
+					if r := node.call(t, "send", map[string]any{"conn": conn, "data": hex.EncodeToString(msg.data), "binary": msg.binary, "parts": parts}); r.Error != "" {
+						t.Fatalf("message %d: send: %s", i, r.Error)
+					}
+					m := next()
+					got, _ := hex.DecodeString(m.Data)
+					if m.Ev != "message" || m.Binary != msg.binary || !bytes.Equal(got, msg.data) {
+						t.Fatalf("message %d (%d bytes): npm ws got %s", i, len(msg.data), renderNode(m))
+					}
 				}
-				m := next()
-				got, _ := hex.DecodeString(m.Data)
-				if m.Ev != "message" || m.Binary != msg.binary || !bytes.Equal(got, msg.data) {
-					t.Fatalf("message %d (%d bytes): npm ws got %s", i, len(msg.data), renderNode(m))
+				node.call(t, "close", map[string]any{"conn": conn})
+				if m := next(); m.Ev != "close" || m.Code != 1000 {
+					t.Errorf("npm ws client: %s, want close 1000", renderNode(m))
 				}
-			}
-			node.call(t, "close", map[string]any{"conn": conn})
-			if m := next(); m.Ev != "close" || m.Code != 1000 {
-				t.Errorf("npm ws client: %s, want close 1000", renderNode(m))
-			}
-			checkBothWaysCompressed(t, tap)
-			checkCompressedFragments(t, "rally server to npm ws", tap.s2c)
-			checkCompressedFragments(t, "npm ws to rally server", tap.c2s)
-		})
-	}
+				checkBothWaysCompressed(t, tap)
+				checkCompressedFragments(t, "rally server to npm ws", tap.s2c)
+				checkCompressedFragments(t, "npm ws to rally server", tap.c2s)
+			})
+		}
+	})
 }
 
 // deflatePage echoes messages with the rally server at the URL it is
@@ -325,39 +325,41 @@ func TestChromiumNegotiatesCompressionWithRallyServer(t *testing.T) {
 	}))
 	t.Cleanup(page.Close)
 	ctx := startBrowser(t, page.URL+"/")
-	for _, tc := range []struct {
-		name   string
-		opts   *rally.CompressionOptions
-		answer string
-	}{
-		{"ContextTakeover", &rally.CompressionOptions{}, "permessage-deflate"},
-		{"ServerNoContextTakeoverAsRallyServe", &rally.CompressionOptions{ServerNoContextTakeover: true}, "permessage-deflate; server_no_context_takeover"},
-		{"SmallWindows", &rally.CompressionOptions{ServerMaxWindowBits: 10, ClientMaxWindowBits: 9, Threshold: -1}, "permessage-deflate; server_max_window_bits=10; client_max_window_bits=9"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tap := newWireTap(t, rallyDeflateEcho(t, tc.opts))
-			var r struct {
-				Extensions string `json:"extensions"`
-				Equal      []bool `json:"equal"`
-				Close      struct {
-					Code     int  `json:"code"`
-					WasClean bool `json:"wasClean"`
-				} `json:"close"`
-				Error string `json:"error"`
-			}
-			evalPage(t, ctx, &r, fmt.Sprintf("echo(%q)", "ws://"+tap.Addr()+"/"))
-			if r.Error != "" || r.Extensions != tc.answer {
-				t.Fatalf("page saw %+v, want extensions %q", r, tc.answer)
-			}
-			if len(r.Equal) != 5 || strings.Contains(fmt.Sprint(r.Equal), "false") {
-				t.Errorf("echoes equal: %v, want 5 true", r.Equal)
-			}
-			if r.Close.Code != 1000 || !r.Close.WasClean {
-				t.Errorf("close %+v, want 1000, clean", r.Close)
-			}
-			checkBothWaysCompressed(t, tap)
-		})
-	}
+	inModes(t, func(t *testing.T, mode serverMode) {
+		for _, tc := range []struct {
+			name   string
+			opts   *rally.CompressionOptions
+			answer string
+		}{
+			{"ContextTakeover", &rally.CompressionOptions{}, "permessage-deflate"},
+			{"ServerNoContextTakeoverAsRallyServe", &rally.CompressionOptions{ServerNoContextTakeover: true}, "permessage-deflate; server_no_context_takeover"},
+			{"SmallWindows", &rally.CompressionOptions{ServerMaxWindowBits: 10, ClientMaxWindowBits: 9, Threshold: -1}, "permessage-deflate; server_max_window_bits=10; client_max_window_bits=9"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tap := newWireTap(t, rallyDeflateEcho(t, mode, tc.opts))
+				var r struct {
+					Extensions string `json:"extensions"`
+					Equal      []bool `json:"equal"`
+					Close      struct {
+						Code     int  `json:"code"`
+						WasClean bool `json:"wasClean"`
+					} `json:"close"`
+					Error string `json:"error"`
+				}
+				evalPage(t, ctx, &r, fmt.Sprintf("echo(%q)", "ws://"+tap.Addr()+"/"))
+				if r.Error != "" || r.Extensions != tc.answer {
+					t.Fatalf("page saw %+v, want extensions %q", r, tc.answer)
+				}
+				if len(r.Equal) != 5 || strings.Contains(fmt.Sprint(r.Equal), "false") {
+					t.Errorf("echoes equal: %v, want 5 true", r.Equal)
+				}
+				if r.Close.Code != 1000 || !r.Close.WasClean {
+					t.Errorf("close %+v, want 1000, clean", r.Close)
+				}
+				checkBothWaysCompressed(t, tap)
+			})
+		}
+	})
 }
 
 // pythonDeflate is Python websockets (compression on by default) as a
@@ -411,38 +413,40 @@ else:
 
 func TestPythonWebsocketsClientTalksCompressedToRallyServer(t *testing.T) {
 	checkPython(t)
-	for _, tc := range []struct {
-		name   string
-		opts   *rally.CompressionOptions
-		answer string
-	}{
-		// websockets offers "permessage-deflate; client_max_window_bits".
-		{"ContextTakeover", &rally.CompressionOptions{Threshold: -1}, "permessage-deflate"},
-		{"NoContextTakeoverBothWays", &rally.CompressionOptions{ServerNoContextTakeover: true, ClientNoContextTakeover: true}, "permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
-		{"Windows11", &rally.CompressionOptions{ServerMaxWindowBits: 11, ClientMaxWindowBits: 11}, "permessage-deflate; server_max_window_bits=11; client_max_window_bits=11"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tap := newWireTap(t, rallyDeflateEcho(t, tc.opts))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			out, err := exec.CommandContext(ctx, pythonPath, "-c", pythonDeflate, "client", "ws://"+tap.Addr()+"/").CombinedOutput()
-			if err != nil {
-				t.Fatalf("python client: %v\n%s", err, out)
-			}
-			var r struct {
-				Extensions string `json:"extensions"`
-				Equal      []bool `json:"equal"`
-				CloseCode  int    `json:"close_code"`
-			}
-			if err := json.Unmarshal(out, &r); err != nil {
-				t.Fatalf("python client printed %q: %v", out, err)
-			}
-			if r.Extensions != tc.answer || len(r.Equal) != 8 || strings.Contains(fmt.Sprint(r.Equal), "false") || r.CloseCode != 1000 {
-				t.Errorf("python client saw %+v, want %q, 8 equal echoes, close 1000", r, tc.answer)
-			}
-			checkBothWaysCompressed(t, tap)
-		})
-	}
+	inModes(t, func(t *testing.T, mode serverMode) {
+		for _, tc := range []struct {
+			name   string
+			opts   *rally.CompressionOptions
+			answer string
+		}{
+			// websockets offers "permessage-deflate; client_max_window_bits".
+			{"ContextTakeover", &rally.CompressionOptions{Threshold: -1}, "permessage-deflate"},
+			{"NoContextTakeoverBothWays", &rally.CompressionOptions{ServerNoContextTakeover: true, ClientNoContextTakeover: true}, "permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
+			{"Windows11", &rally.CompressionOptions{ServerMaxWindowBits: 11, ClientMaxWindowBits: 11}, "permessage-deflate; server_max_window_bits=11; client_max_window_bits=11"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tap := newWireTap(t, rallyDeflateEcho(t, mode, tc.opts))
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				out, err := exec.CommandContext(ctx, pythonPath, "-c", pythonDeflate, "client", "ws://"+tap.Addr()+"/").CombinedOutput()
+				if err != nil {
+					t.Fatalf("python client: %v\n%s", err, out)
+				}
+				var r struct {
+					Extensions string `json:"extensions"`
+					Equal      []bool `json:"equal"`
+					CloseCode  int    `json:"close_code"`
+				}
+				if err := json.Unmarshal(out, &r); err != nil {
+					t.Fatalf("python client printed %q: %v", out, err)
+				}
+				if r.Extensions != tc.answer || len(r.Equal) != 8 || strings.Contains(fmt.Sprint(r.Equal), "false") || r.CloseCode != 1000 {
+					t.Errorf("python client saw %+v, want %q, 8 equal echoes, close 1000", r, tc.answer)
+				}
+				checkBothWaysCompressed(t, tap)
+			})
+		}
+	})
 }
 
 func TestRallyClientTalksCompressedToPythonWebsocketsServer(t *testing.T) {

@@ -3,7 +3,6 @@ package interop_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,11 +12,11 @@ import (
 )
 
 // echoServer serves the browser's test page at / and a rally echo server
-// at /ws.
+// in mode at /ws.
 // A text message "close CODE REASON" makes the server close with that code
 // and reason; "bad-utf8" makes it send a text frame that is not UTF-8.
 // How each connection ended is sent on the returned channel.
-func echoServer(t *testing.T) (string, chan *rally.CloseError) {
+func echoServer(t *testing.T, mode serverMode) (string, chan *rally.CloseError) {
 	ends := make(chan *rally.CloseError, 16)
 	ws := &rally.Server{
 		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
@@ -45,9 +44,7 @@ func echoServer(t *testing.T) (string, chan *rally.CloseError) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write([]byte(browserPage))
 	})
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	return hs.URL, ends
+	return serveRally(t, mode, ws, mux).URL, ends
 }
 
 // serverEnd waits for how the server saw the connection end.

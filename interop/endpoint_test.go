@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -123,9 +122,9 @@ func (e *rallyEndpoint) Next() string { return e.events.next() }
 
 func (e *rallyEndpoint) Hangup() { e.c.CloseNow() }
 
-// newRallyServer starts a rally.Server on loopback whose one connection
-// reports to the returned channel.
-func newRallyServer(t testing.TB, opts *rally.AcceptOptions) (addr string, conns chan *rallyEndpoint) {
+// newRallyServer starts a rally.Server in mode on loopback whose one
+// connection reports to the returned channel.
+func newRallyServer(t testing.TB, mode serverMode, opts *rally.AcceptOptions) (addr string, conns chan *rallyEndpoint) {
 	conns = make(chan *rallyEndpoint, 4)
 	ends := sync.Map{}
 	srv := &rally.Server{
@@ -157,14 +156,13 @@ func newRallyServer(t testing.TB, opts *rally.AcceptOptions) (addr string, conns
 			}
 		},
 	}
-	hs := httptest.NewServer(srv)
+	hs := serveRally(t, mode, srv, nil)
 	t.Cleanup(func() {
 		ends.Range(func(k, v any) bool {
 			k.(*rally.Conn).CloseNow()
 			<-v.(*rallyEndpoint).done
 			return true
 		})
-		hs.Close()
 	})
 	return hs.Listener.Addr().String(), conns
 }

@@ -9,13 +9,13 @@ import (
 )
 
 // TestServerHandshakeMatchesNpmWs sends opening handshakes that break one
-// rule each to npm ws's WebSocketServer and to rally.Server, and compares
-// the status (and the Sec-WebSocket-Version header) each one answers.
+// rule each to npm ws's WebSocketServer and to rally.Server (in each
+// mode), and compares the status (and the Sec-WebSocket-Version header)
+// each one answers.
 func TestServerHandshakeMatchesNpmWs(t *testing.T) {
 	node := startNode(t, "interop-peer.mjs")
 	_, port := node.listen(t, 0)
 	wsAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	rallyAddr, _ := newRallyServer(t, &rally.AcceptOptions{})
 
 	rows := []struct {
 		name   string
@@ -35,21 +35,32 @@ func TestServerHandshakeMatchesNpmWs(t *testing.T) {
 		{"no Upgrade header", "GET", map[string]string{"Upgrade": ""}, "426", "400", diffNoUpgrade},
 		{"Upgrade: h2c", "GET", map[string]string{"Upgrade": "h2c"}, "400", "", ""},
 	}
-	for _, r := range rows {
-		t.Run(r.name, func(t *testing.T) {
-			if got := answer(t, wsAddr, r.method, r.header); got != r.want {
-				t.Errorf("npm ws (the reference) answers %s, the row says %s", got, r.want)
-			}
-			want := r.want
-			if r.rally != "" {
-				want = r.rally
-				t.Logf("rally differs from npm ws here: %s", r.diff)
-			}
-			if got := answer(t, rallyAddr, r.method, r.header); got != want {
-				t.Errorf("rally answers %s, want %s", got, want)
+	t.Run("npm ws", func(t *testing.T) {
+		for _, r := range rows {
+			t.Run(r.name, func(t *testing.T) {
+				if got := answer(t, wsAddr, r.method, r.header); got != r.want {
+					t.Errorf("npm ws (the reference) answers %s, the row says %s", got, r.want)
+				}
+			})
+		}
+	})
+	t.Run("rally", func(t *testing.T) {
+		inModes(t, func(t *testing.T, mode serverMode) {
+			rallyAddr, _ := newRallyServer(t, mode, &rally.AcceptOptions{})
+			for _, r := range rows {
+				t.Run(r.name, func(t *testing.T) {
+					want := r.want
+					if r.rally != "" {
+						want = r.rally
+						t.Logf("rally differs from npm ws here: %s", r.diff)
+					}
+					if got := answer(t, rallyAddr, r.method, r.header); got != want {
+						t.Errorf("rally answers %s, want %s", got, want)
+					}
+				})
 			}
 		})
-	}
+	})
 }
 
 // answer renders a handshake's answer: the status, and the supported

@@ -74,80 +74,82 @@ func runPythonClient(t *testing.T, url, name string, args ...any) pythonResult {
 // TestPythonWebsocketsClientTalksToRallyServer runs Python websockets'
 // client against rally.Server: connect, echo of text and binary (empty
 // ones too), close codes and reasons from both sides, and invalid UTF-8
-// from the server.
+// from the server; with the server in each mode.
 func TestPythonWebsocketsClientTalksToRallyServer(t *testing.T) {
 	checkPython(t)
-	httpURL, ends := echoServer(t)
-	url := "ws" + strings.TrimPrefix(httpURL, "http") + "/ws"
+	inModes(t, func(t *testing.T, mode serverMode) {
+		httpURL, ends := echoServer(t, mode)
+		url := "ws" + strings.TrimPrefix(httpURL, "http") + "/ws"
 
-	t.Run("connects without extensions or subprotocol", func(t *testing.T) {
-		// websockets offers permessage-deflate; this Server declines it (off by
-		// default, as npm ws; compression rows are in deflate_test.go).
-		r := runPythonClient(t, url, "connect")
-		if r.Error != "" || len(r.Extensions) != 0 || r.Subprotocol != nil || r.CloseCode != 1000 {
-			t.Errorf("python saw %+v, want no extension, no subprotocol, closed with 1000", r)
-		}
-		serverEnd(t, ends)
-	})
-	for _, c := range []struct {
-		kind, wantType string
-		wantLen        int
-	}{
-		{"text", "str", 17}, // code points
-		{"empty-text", "str", 0},
-		{"binary", "bytes", 70000},
-		{"empty-binary", "bytes", 0},
-	} {
-		t.Run("echoes "+c.kind, func(t *testing.T) {
-			r := runPythonClient(t, url, "echo", c.kind)
-			if r.Error != "" || r.Type != c.wantType || !r.Equal || r.Length != c.wantLen {
-				t.Errorf("python saw %+v, want %s of length %d, equal to what it sent", r, c.wantType, c.wantLen)
+		t.Run("connects without extensions or subprotocol", func(t *testing.T) {
+			// websockets offers permessage-deflate; this Server declines it (off by
+			// default, as npm ws; compression rows are in deflate_test.go).
+			r := runPythonClient(t, url, "connect")
+			if r.Error != "" || len(r.Extensions) != 0 || r.Subprotocol != nil || r.CloseCode != 1000 {
+				t.Errorf("python saw %+v, want no extension, no subprotocol, closed with 1000", r)
 			}
 			serverEnd(t, ends)
 		})
-	}
-	for _, c := range []struct {
-		code   int
-		reason string
-	}{
-		{1000, ""},
-		{1001, "going away"},
-		{3000, "adiós €"},
-		{4999, strings.Repeat("r", 123)},
-	} {
-		t.Run(fmt.Sprintf("client closes with %d and a reason of %d bytes", c.code, len(c.reason)), func(t *testing.T) {
-			r := runPythonClient(t, url, "close", c.code, c.reason)
-			// rally echoes the client's code and reason.
-			if r.Error != "" || r.CloseCode != c.code || r.CloseReason != c.reason {
-				t.Errorf("python saw %+v, want %d %q echoed", r, c.code, c.reason)
-			}
-			if ce := serverEnd(t, ends); int(ce.Code) != c.code || ce.Reason != c.reason {
-				t.Errorf("server saw %d %q, want %d %q", ce.Code, ce.Reason, c.code, c.reason)
-			}
-		})
-	}
-	for _, c := range []struct {
-		name, command string
-		received      pythonClose
-		sent          pythonClose
-		server        uint16
-	}{
-		{"server closes with 1000", "close 1000 bye", pythonClose{1000, "bye"}, pythonClose{1000, "bye"}, 1000},
-		{"server closes with 4000 and a reason outside ASCII", "close 4000 adiós €", pythonClose{4000, "adiós €"}, pythonClose{4000, "adiós €"}, 4000},
-		{"server sends text that is not UTF-8", "bad-utf8", pythonClose{}, pythonClose{1007, ""}, 1007},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := runPythonClient(t, url, "serverClose", c.command)
-			got := fmt.Sprintf("received %v sent %v", deref(r.Received), deref(r.Sent))
-			want := fmt.Sprintf("received %v sent %v", c.received, c.sent)
-			if r.Error != "" || got != want {
-				t.Errorf("python saw %s (error %q), want %s", got, r.Error, want)
-			}
-			if ce := serverEnd(t, ends); ce.Code != c.server {
-				t.Errorf("server saw %v, want %d", ce, c.server)
-			}
-		})
-	}
+		for _, c := range []struct {
+			kind, wantType string
+			wantLen        int
+		}{
+			{"text", "str", 17}, // code points
+			{"empty-text", "str", 0},
+			{"binary", "bytes", 70000},
+			{"empty-binary", "bytes", 0},
+		} {
+			t.Run("echoes "+c.kind, func(t *testing.T) {
+				r := runPythonClient(t, url, "echo", c.kind)
+				if r.Error != "" || r.Type != c.wantType || !r.Equal || r.Length != c.wantLen {
+					t.Errorf("python saw %+v, want %s of length %d, equal to what it sent", r, c.wantType, c.wantLen)
+				}
+				serverEnd(t, ends)
+			})
+		}
+		for _, c := range []struct {
+			code   int
+			reason string
+		}{
+			{1000, ""},
+			{1001, "going away"},
+			{3000, "adiós €"},
+			{4999, strings.Repeat("r", 123)},
+		} {
+			t.Run(fmt.Sprintf("client closes with %d and a reason of %d bytes", c.code, len(c.reason)), func(t *testing.T) {
+				r := runPythonClient(t, url, "close", c.code, c.reason)
+				// rally echoes the client's code and reason.
+				if r.Error != "" || r.CloseCode != c.code || r.CloseReason != c.reason {
+					t.Errorf("python saw %+v, want %d %q echoed", r, c.code, c.reason)
+				}
+				if ce := serverEnd(t, ends); int(ce.Code) != c.code || ce.Reason != c.reason {
+					t.Errorf("server saw %d %q, want %d %q", ce.Code, ce.Reason, c.code, c.reason)
+				}
+			})
+		}
+		for _, c := range []struct {
+			name, command string
+			received      pythonClose
+			sent          pythonClose
+			server        uint16
+		}{
+			{"server closes with 1000", "close 1000 bye", pythonClose{1000, "bye"}, pythonClose{1000, "bye"}, 1000},
+			{"server closes with 4000 and a reason outside ASCII", "close 4000 adiós €", pythonClose{4000, "adiós €"}, pythonClose{4000, "adiós €"}, 4000},
+			{"server sends text that is not UTF-8", "bad-utf8", pythonClose{}, pythonClose{1007, ""}, 1007},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := runPythonClient(t, url, "serverClose", c.command)
+				got := fmt.Sprintf("received %v sent %v", deref(r.Received), deref(r.Sent))
+				want := fmt.Sprintf("received %v sent %v", c.received, c.sent)
+				if r.Error != "" || got != want {
+					t.Errorf("python saw %s (error %q), want %s", got, r.Error, want)
+				}
+				if ce := serverEnd(t, ends); ce.Code != c.server {
+					t.Errorf("server saw %v, want %d", ce, c.server)
+				}
+			})
+		}
+	})
 }
 
 func deref(c *pythonClose) pythonClose {

@@ -561,13 +561,13 @@ func limitRow(name string, send func(h *harness)) row {
 }
 
 // runRows runs rows with A in the server role (server true) or the client
-// role, first as npm ws, then as rally.
+// role, first as npm ws, then as rally (as a server, in each mode).
 func runRows(t *testing.T, server bool, rows []row) {
 	node := startNode(t, "interop-peer.mjs")
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			t.Run("npm ws", func(t *testing.T) {
-				got := runRow(t, node, server, false, r)
+				got := runRow(t, node, server, false, r, serverMode{})
 				if !slices.Equal(got, r.want) {
 					t.Errorf("npm ws as A (the reference) no longer does what the row says:\n%s", table(got, r.want))
 				}
@@ -578,9 +578,16 @@ func runRows(t *testing.T, server bool, rows []row) {
 					want = r.rally
 					t.Logf("rally differs from npm ws here: %s", r.diff)
 				}
-				got := runRow(t, node, server, true, r)
-				if !slices.Equal(got, want) {
-					t.Errorf("rally as A:\n%s", table(got, want))
+				check := func(t *testing.T, mode serverMode) {
+					got := runRow(t, node, server, true, r, mode)
+					if !slices.Equal(got, want) {
+						t.Errorf("rally as A:\n%s", table(got, want))
+					}
+				}
+				if server {
+					inModes(t, check)
+				} else {
+					check(t, serverMode{})
 				}
 			})
 		})
@@ -607,8 +614,8 @@ func table(got, want []string) string {
 	return b.String()
 }
 
-// runRow sets A and B up for r and runs it.
-func runRow(t *testing.T, node *nodePeer, server, useRally bool, r row) []string {
+// runRow sets A and B up for r and runs it; a rally server runs in mode.
+func runRow(t *testing.T, node *nodePeer, server, useRally bool, r row, mode serverMode) []string {
 	h := &harness{t: t, client: server}
 	var target string // what the tap forwards to: the server
 	var acceptWS func() (int, error)
@@ -619,7 +626,7 @@ func runRow(t *testing.T, node *nodePeer, server, useRally bool, r row) []string
 	// The server.
 	switch {
 	case server && useRally:
-		target, acceptRally = newRallyServer(t, &rally.AcceptOptions{ConnOptions: connOpts})
+		target, acceptRally = newRallyServer(t, mode, &rally.AcceptOptions{ConnOptions: connOpts})
 	case server || r.peer == peerWS:
 		limit := int64(0)
 		if server {
@@ -736,8 +743,8 @@ func readerReady(h *harness, e *rallyEndpoint) {
 }
 
 // TestServerRowsMatchNpmWs runs the wire table with the server under test:
-// npm ws's WebSocketServer, then rally.Server, each against an npm ws client
-// (or a raw client), with a tap recording the bytes.
+// npm ws's WebSocketServer, then rally.Server in each mode, each against an
+// npm ws client (or a raw client), with a tap recording the bytes.
 func TestServerRowsMatchNpmWs(t *testing.T) {
 	runRows(t, true, commonRows(true))
 }

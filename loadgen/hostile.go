@@ -88,6 +88,10 @@ type HostileResult struct {
 	Probe         Latency `json:"probe"`
 	Probes        int64   `json:"probes"`
 	ProbeFailures int64   `json:"probe_failures"`
+	// SlowestProbes are the five slowest probes, slowest first: when
+	// each started and where its time went, to tell a connection the
+	// server was slow to accept from an echo it was slow to answer.
+	SlowestProbes []ProbeTiming `json:"slowest_probes,omitempty"`
 	// For slow-read: a fast subscriber's deliveries per second alone and
 	// once the slow subscribers' queues are full.
 	FastSoloRate   float64 `json:"fast_solo_per_s,omitempty"`
@@ -96,6 +100,28 @@ type HostileResult struct {
 	// Verdict is PASS or FAIL; Reasons say which bound failed.
 	Verdict string   `json:"verdict"`
 	Reasons []string `json:"reasons,omitempty"`
+}
+
+// ProbeTiming is one probe of a hostile run: when it started, in seconds
+// after the attack did, and how long its dial (TCP connect and WebSocket
+// handshake) and its echo took, in microseconds. A dial near a second or
+// more is a SYN the server's listen queue dropped and the client sent
+// again.
+type ProbeTiming struct {
+	At     float64 `json:"at_s"`
+	DialUS float64 `json:"dial_us"`
+	EchoUS float64 `json:"echo_us"`
+}
+
+// keepSlowest adds p to the slowest probes if it is one of the five
+// slowest so far.
+func (r *HostileResult) keepSlowest(p ProbeTiming) {
+	const keep = 5
+	s := append(r.SlowestProbes, p)
+	for i := len(s) - 1; i > 0 && s[i].DialUS+s[i].EchoUS > s[i-1].DialUS+s[i-1].EchoUS; i-- {
+		s[i], s[i-1] = s[i-1], s[i]
+	}
+	r.SlowestProbes = s[:min(len(s), keep)]
 }
 
 // hostileRun is the state of one run.
@@ -249,6 +275,13 @@ func (r *HostileResult) WriteSummary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  fresh echo client: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d probes, %d failed\n",
 		r.Probe.P50/1e3, r.Probe.P99/1e3, r.Probe.Max/1e3, r.Probes, r.ProbeFailures)
+	if len(r.SlowestProbes) > 0 {
+		var parts []string
+		for _, p := range r.SlowestProbes {
+			parts = append(parts, fmt.Sprintf("at %.1fs dial %.1f + echo %.1f ms", p.At, p.DialUS/1e3, p.EchoUS/1e3))
+		}
+		fmt.Fprintf(w, "  slowest probes: %s\n", strings.Join(parts, "; "))
+	}
 	if r.FastSoloRate > 0 {
 		fmt.Fprintf(w, "  fast subscriber: %.0f/s alone, %.0f/s under attack (%d published)\n", r.FastSoloRate, r.FastAttackRate, r.Published)
 	}
@@ -276,6 +309,7 @@ func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	payload := []byte("probe under attack")
+	begin := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,11 +317,13 @@ func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
 		case <-tick.C:
 		}
 		start := time.Now()
+		var dialed time.Time
 		err := func() error {
 			c, rest, err := t.dial(context.Background(), false)
 			if err != nil {
 				return err
 			}
+			dialed = time.Now()
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			if _, err := c.Write(clientFrame(opText, payload, [4]byte{1, 2, 3, 4})); err != nil {
@@ -305,7 +341,13 @@ func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
 		if err != nil {
 			h.res.ProbeFailures++
 		} else {
-			hist.add(int64(time.Since(start)))
+			end := time.Now()
+			hist.add(int64(end.Sub(start)))
+			h.res.keepSlowest(ProbeTiming{
+				At:     start.Sub(begin).Seconds(),
+				DialUS: float64(dialed.Sub(start).Microseconds()),
+				EchoUS: float64(end.Sub(dialed).Microseconds()),
+			})
 		}
 		h.mu.Unlock()
 	}

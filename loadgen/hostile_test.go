@@ -42,6 +42,22 @@ func TestHeadHoldCountsThe431OfEveryConnection(t *testing.T) {
 	if res.Probes == 0 || res.ProbeFailures != 0 {
 		t.Errorf("%d probes, %d failed, want some and none failed", res.Probes, res.ProbeFailures)
 	}
+	// The slowest probes say when they ran and where their time went,
+	// slowest first.
+	sp := res.SlowestProbes
+	if len(sp) == 0 || len(sp) > 5 || int64(len(sp)) > res.Probes {
+		t.Fatalf("%d slowest probes of %d, want 1 to 5", len(sp), res.Probes)
+	}
+	for i, p := range sp {
+		if p.At < 0 || p.DialUS <= 0 || p.EchoUS <= 0 || i > 0 && p.DialUS+p.EchoUS > sp[i-1].DialUS+sp[i-1].EchoUS {
+			t.Errorf("slowest probes %+v: want positive dial and echo times, slowest first", sp)
+		}
+	}
+	var out bytes.Buffer
+	res.WriteSummary(&out)
+	if !strings.Contains(out.String(), "slowest probes: at ") {
+		t.Errorf("summary without the slowest probes:\n%s", out.String())
+	}
 }
 
 func TestHostileVerdictFailsPastTheMemoryBound(t *testing.T) {

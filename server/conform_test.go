@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,24 +28,11 @@ func TestConformanceOfRallyServe(t *testing.T) {
 	}
 	for _, mode := range serveModes {
 		t.Run(mode.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			s, err := New(Config{ShutdownTimeout: 2 * time.Second, EventLoop: mode.eventLoop})
-			if err != nil {
-				t.Fatal(err)
-			}
-			served := make(chan error, 1)
-			go func() { served <- s.Serve(ctx, ln) }()
-			defer func() {
-				cancel()
-				<-served
-			}()
+			addr, stop := serveConfig(t, Config{ShutdownTimeout: 2 * time.Second, EventLoop: mode.eventLoop})
+			defer stop()
 			rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer rcancel()
-			rep, err := conform.RunServer(rctx, "ws://"+ln.Addr().String()+"/echo", conformOptions("rally-serve-"+mode.name))
+			rep, err := conform.RunServer(rctx, "ws://"+addr+"/echo", conformOptions("rally-serve-"+mode.name))
 			if err != nil {
 				t.Fatal(err)
 			}

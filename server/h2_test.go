@@ -31,24 +31,11 @@ func TestConformanceOfRallyServeOverHTTP2SameAsOverHTTP1(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a few seconds; run without -short")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(Config{ShutdownTimeout: 2 * time.Second, H2C: true, HandshakeRate: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
+	addr, stop := serveConfig(t, Config{ShutdownTimeout: 2 * time.Second, H2C: true, HandshakeRate: -1})
+	defer stop()
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer rcancel()
-	url := "ws://" + ln.Addr().String() + "/echo"
+	url := "ws://" + addr + "/echo"
 	h1, err := conform.RunServer(rctx, url, conformOptions("rally-serve"))
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +48,7 @@ func TestConformanceOfRallyServeOverHTTP2SameAsOverHTTP1(t *testing.T) {
 	}
 	report(t, h2)
 	sameVerdicts(t, h1, h2)
-	metrics := scrape(t, "http://"+ln.Addr().String()+"/metrics")
+	metrics := scrape(t, "http://"+addr+"/metrics")
 	if want := fmt.Sprintf(`rally_connections_by_protocol_total{protocol="h2c"} %d`, len(h2.Results)); !strings.Contains(metrics, want) {
 		t.Fatalf("/metrics lacks %s", want)
 	}

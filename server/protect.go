@@ -185,7 +185,8 @@ const massRelease = 64 << 20
 // clients gave back much of what they held, or when the runtime keeps
 // much more free memory than idleFreeBytes, it gives it back to the OS
 // (two collections and debug.FreeOSMemory, at most once per freeInterval), so
-// that RSS goes back down after the load. Neither runs
+// that RSS goes back down after the load (not while clients still hold
+// much: an attack that sheds connections goes on). Neither runs
 // on a connection's path.
 func (s *Server) watchMemory(ctx context.Context) {
 	samples := []rtmetrics.Sample{
@@ -216,11 +217,17 @@ func (s *Server) watchMemory(ctx context.Context) {
 		s.budget.Observe(h)
 		conns := connections()
 		peakConns = max(peakConns, conns)
-		massGone := peakConns-conns >= massDisconnect
 		used := s.budget.Used()
 		peakUsed = max(peakUsed, used)
+		// Connections closed, or free heap, count once clients hold
+		// little: while an attack goes on (connections shed to make room
+		// are replaced by others), a collection and a return to the OS
+		// would stop the world and hand back pages that the next
+		// messages fault in again.
+		settled := used <= massRelease
+		massGone := peakConns-conns >= massDisconnect && settled
 		massReleased := peakUsed-used >= massRelease
-		idleFree := free >= idleFreeBytes && free >= h/2
+		idleFree := free >= idleFreeBytes && free >= h/2 && settled
 		if (massGone || massReleased || idleFree || again) && time.Since(lastFree) >= freeInterval {
 			// Buffers pooled for reuse survive one collection (a
 			// sync.Pool keeps them for one more): two give them back.

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/rallyws/rally"
@@ -32,6 +33,13 @@ type publishAnswer struct {
 	Message string  `json:"message,omitempty"`
 }
 
+// The kinds of data a publish body makes.
+const (
+	dataJSON = iota
+	dataText
+	dataBase64
+)
+
 // publish serves POST /publish/{topic}: the body becomes the delivery's
 // data (JSON as it is, other UTF-8 text as a string, other bytes as
 // base64 with "encoding":"base64").
@@ -54,7 +62,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, codeUnavailable, "server shutting down")
 		return
 	}
-	topic := r.PathValue("topic")
+	topic := strings.TrimPrefix(r.URL.Path, "/publish/")
 	if err := validTopic(topic); err != nil {
 		httpError(w, http.StatusBadRequest, codeInvalidTopic, err.Error())
 		return
@@ -70,31 +78,40 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, codeBadRequest, "reading the body failed")
 		return
 	}
-	var data []byte
-	b64 := false
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	// The delivery is built once, in one buffer: the envelope around the
+	// data, which is its middle (JSON as it came, compacted; text as a
+	// JSON string; other bytes as base64).
+	kind := dataBase64
+	size := base64.StdEncoding.EncodedLen(len(body)) + 2
 	switch {
-	case mt == "application/json":
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, body); err != nil {
+	case isJSON(r.Header.Get("Content-Type")):
+		kind, size = dataJSON, len(body)
+	case utf8.Valid(body):
+		kind, size = dataText, len(body)+2
+	}
+	env := appendEnvelopeStart(make([]byte, 0, envelopeSize(topic, size)), topic)
+	start := len(env)
+	switch kind {
+	case dataJSON:
+		buf := bytes.NewBuffer(env)
+		if err := json.Compact(buf, body); err != nil {
 			httpError(w, http.StatusBadRequest, codeBadRequest, "the body is not valid JSON: "+err.Error())
 			return
 		}
-		data = buf.Bytes()
-	case utf8.Valid(body):
-		data = jsonString(body)
+		env = buf.Bytes()
+	case dataText:
+		env = appendJSONString(env, body)
 	default:
-		b64 = true
-		data = make([]byte, 0, base64.StdEncoding.EncodedLen(len(body))+2)
-		data = append(data, '"')
-		data = base64.StdEncoding.AppendEncode(data, body)
-		data = append(data, '"')
+		env = append(env, '"')
+		env = base64.StdEncoding.AppendEncode(env, body)
+		env = append(env, '"')
 	}
+	b64 := kind == dataBase64
 	if s.historyOf(topic) {
-		s.publishHistory(w, topic, data, b64)
+		s.publishHistory(w, topic, env[start:], b64)
 		return
 	}
-	env := envelope(topic, data, b64)
+	env = appendEnvelopeEnd(env, b64)
 	res, err := s.hub.Publish(topic, rally.Text, env)
 	s.published("http", res, len(env))
 	ans := publishAnswer{Topic: topic, Received: res.Received(), Dropped: res.Dropped}
@@ -116,23 +133,95 @@ func httpError(w http.ResponseWriter, status int, code, message string) {
 	}{code, message})
 }
 
+// isJSON reports whether a Content-Type is application/json, parameters
+// aside; the plain value is told without parsing (mime.ParseMediaType
+// makes a map for every call).
+func isJSON(contentType string) bool {
+	if strings.IndexByte(contentType, ';') < 0 {
+		return strings.EqualFold(strings.TrimSpace(contentType), "application/json")
+	}
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return mt == "application/json"
+}
+
+// The values of the headers of every JSON answer, shared rather than made
+// for each answer (header values are only ever replaced, never changed in
+// place).
+var (
+	contentTypeJSON = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
 }
 
-// jsonString returns text (valid UTF-8) as a JSON string, with only what
-// JSON requires escaped: "d->c" stays "d->c", not "d-\u003ec".
+// jsonString returns text as a JSON string (see appendJSONString).
 func jsonString(text []byte) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(string(text))
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return appendJSONString(make([]byte, 0, len(text)+2), text)
+}
+
+// appendJSONString appends text to dst as a JSON string, as encoding/json
+// writes it with HTML escaping off: only what JSON requires is escaped
+// ("d->c" stays "d->c", not "d-\u003ec"), plus U+2028 and U+2029 (which
+// JavaScript once did not allow in strings), and bytes that are not UTF-8
+// become U+FFFD.
+func appendJSONString(dst, text []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	done := 0 // text[:done] is in dst
+	for i := 0; i < len(text); {
+		c := text[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		var esc []byte
+		size := 1
+		switch c {
+		case '"':
+			esc = []byte(`\"`)
+		case '\\':
+			esc = []byte(`\\`)
+		case '\b':
+			esc = []byte(`\b`)
+		case '\f':
+			esc = []byte(`\f`)
+		case '\n':
+			esc = []byte(`\n`)
+		case '\r':
+			esc = []byte(`\r`)
+		case '\t':
+			esc = []byte(`\t`)
+		default:
+			if c < 0x20 {
+				esc = []byte{'\\', 'u', '0', '0', hex[c>>4], hex[c&0xf]}
+				break
+			}
+			var r rune
+			r, size = utf8.DecodeRune(text[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				esc = []byte(`\ufffd`)
+			case r == '\u2028' || r == '\u2029':
+				esc = []byte{'\\', 'u', '2', '0', '2', hex[r&0xf]}
+			}
+		}
+		if esc != nil {
+			dst = append(dst, text[done:i]...)
+			dst = append(dst, esc...)
+			done = i + size
+		}
+		i += size
+	}
+	dst = append(dst, text[done:]...)
+	return append(dst, '"')
 }
 
 // stats serves GET /stats, the live counters of the demo page.

@@ -327,7 +327,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.Handle("CONNECT /echo", s.limit(s.echo))
 	s.mux.Handle("CONNECT /ws", s.limit(s.ws))
 	s.mux.Handle("CONNECT /chat", s.limit(s.chat))
-	s.mux.HandleFunc("POST /publish/{topic...}", s.publish)
+	// A prefix, not a {topic...} wildcard: publish takes the topic from
+	// the path itself (the wildcard's match costs allocations per request).
+	s.mux.HandleFunc("POST /publish/", s.publish)
 	s.mux.HandleFunc("/publish/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
 		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", "publish with POST /publish/{topic}")

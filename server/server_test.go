@@ -61,18 +61,27 @@ func TestShutdownClosesEveryWebSocketWith1001(t *testing.T) {
 // that shuts the server down and waits for Serve to return.
 func start(t *testing.T) (string, func()) {
 	t.Helper()
+	addr, stop := serveConfig(t, Config{ShutdownTimeout: 2 * time.Second})
+	return "ws://" + addr + "/echo", stop
+}
+
+// serveConfig serves cfg on a loopback port and returns its address and a
+// function that shuts the server down and waits for Serve to return
+// cleanly.
+func serveConfig(t *testing.T, cfg Config) (string, func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(Config{ShutdownTimeout: 2 * time.Second})
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
-	return "ws://" + ln.Addr().String() + "/echo", func() {
+	return ln.Addr().String(), func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)

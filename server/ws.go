@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/bufpool"
 	"github.com/rallyws/rally/pubsub"
 )
 
@@ -41,6 +42,9 @@ type request struct {
 	Self  bool            `json:"self"`
 	// Offset and Epoch, on a subscribe, are the last position the client
 	// saw: it asks for what it missed since.
+	//
+	// Data and ID may point into the message (decodeRequest): valid
+	// during the Message callback only.
 	Offset *uint64 `json:"offset"`
 	Epoch  string  `json:"epoch"`
 }
@@ -89,7 +93,7 @@ func (s *Server) wsMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 		return
 	}
 	var req request
-	if err := json.Unmarshal(p, &req); err != nil {
+	if err := decodeRequest(p, &req); err != nil {
 		s.count("invalid", len(p))
 		c.Close(rally.ClosePolicyViolation, "message is not a JSON object of the protocol")
 		return
@@ -159,7 +163,9 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 		s.subs.Add(1)
 		s.m.subscriptions.Inc()
 		// The answer comes from subscribeHistory, id or not.
-		s.subscribeHistory(c, req.Topic, req.ID, from, client)
+		// (Its own goroutine answers, after the callback: req.ID may
+		// point into the message.)
+		s.subscribeHistory(c, req.Topic, bytes.Clone(req.ID), from, client)
 		return nil
 	}
 	if err := s.hub.Subscribe(c, req.Topic); err != nil {
@@ -247,7 +253,12 @@ func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
 		}
 		return publishAck(req.ID, pos)
 	}
-	env := envelope(req.Topic, req.Data, false)
+	// The envelope is built in a lent buffer: the hub frames a copy of it
+	// once for every subscriber, and Send copies what it keeps.
+	buf := bufpool.Get(envelopeSize(req.Topic, len(req.Data)))
+	defer bufpool.Put(buf)
+	env := appendEnvelope((*buf)[:0], req.Topic, req.Data, false)
+	*buf = env
 	res, err := s.hub.PublishFrom(c, req.Topic, rally.Text, env)
 	if req.Self && s.hub.IsSubscribed(c, req.Topic) {
 		switch st, _ := c.Send(rally.Text, env); st {
@@ -318,29 +329,54 @@ func (s *Server) reply(c *rally.Conn, b []byte) {
 	s.m.bytesOut.WithLabelValues(kind).Add(float64(len(b)))
 }
 
-// envelope builds the delivery of a publish, once for all its
-// subscribers: {"type":"message","topic":T,"data":D} (with
+// appendEnvelope appends the delivery of a publish to dst, built once for
+// all its subscribers: {"type":"message","topic":T,"data":D} (with
 // "encoding":"base64" when data is base64 of bytes that were not UTF-8).
 // topic is valid (validTopic), so it needs no escaping; data is JSON.
-func envelope(topic string, data []byte, base64 bool) []byte {
-	b := make([]byte, 0, 40+len(topic)+len(data))
-	b = append(b, `{"type":"message","topic":"`...)
-	b = append(b, topic...)
-	b = append(b, `","data":`...)
-	b = append(b, data...)
+func appendEnvelope(dst []byte, topic string, data []byte, base64 bool) []byte {
+	dst = appendEnvelopeStart(dst, topic)
+	dst = append(dst, data...)
+	return appendEnvelopeEnd(dst, base64)
+}
+
+// envelopeSize is the size of the envelope of data bytes (at most: the
+// base64 mark included).
+func envelopeSize(topic string, data int) int {
+	return len(envelopeHead) + len(topic) + len(envelopeData) + data + len(envelopeBase64) + 1
+}
+
+const (
+	envelopeHead   = `{"type":"message","topic":"`
+	envelopeData   = `","data":`
+	envelopeBase64 = `,"encoding":"base64"`
+)
+
+// appendEnvelopeStart appends the envelope up to its data.
+func appendEnvelopeStart(dst []byte, topic string) []byte {
+	dst = append(dst, envelopeHead...)
+	dst = append(dst, topic...)
+	return append(dst, envelopeData...)
+}
+
+// appendEnvelopeEnd appends what follows the data.
+func appendEnvelopeEnd(dst []byte, base64 bool) []byte {
 	if base64 {
-		b = append(b, `,"encoding":"base64"`...)
+		dst = append(dst, envelopeBase64...)
 	}
-	return append(b, '}')
+	return append(dst, '}')
 }
 
 func ack(id json.RawMessage) []byte {
 	if len(id) == 0 {
 		return nil
 	}
-	b := append([]byte(`{"type":"ack","id":`), id...)
+	b := make([]byte, 0, len(ackHead)+len(id)+1)
+	b = append(b, ackHead...)
+	b = append(b, id...)
 	return append(b, '}')
 }
+
+const ackHead = `{"type":"ack","id":`
 
 var errorPrefix = []byte(`{"type":"error",`)
 
