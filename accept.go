@@ -99,7 +99,7 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Conn,
 	if n.ext != "" {
 		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = n.data
+	c.setData(n.data)
 	return c, nil
 }
 

@@ -1,12 +1,17 @@
 package rally
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -261,5 +266,97 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 			c.CloseNow()
 			syscall.Close(peers[i])
 		}
+	}
+}
+
+// BenchmarkIdleConnMemoryWithHandshake opens connections the way a
+// server gets them (a handshake over TCP answered by a Server behind
+// net/http), holds them idle, and reports per connection: the live Go
+// heap (heap-bytes/conn, after collections) and the memory the heap
+// retained while they opened (retained-bytes/conn: the growth of heap
+// memory not given back to the system, with the garbage of the handshakes
+// and the collector's headroom, before any forced collection: what the
+// process's resident memory sees), plus stacks. The client ends are bare
+// descriptors (no Go memory). Run it with -benchtime 1x. The "serve"
+// case answers the handshakes with Server.Serve on the listener instead
+// of net/http.
+func BenchmarkIdleConnMemoryWithHandshake(b *testing.B) {
+	b.Run("goroutine/net-http", func(b *testing.B) { benchmarkIdleHTTP(b, false, false) })
+	b.Run("event-loop/net-http", func(b *testing.B) { benchmarkIdleHTTP(b, true, false) })
+	b.Run("event-loop/serve", func(b *testing.B) { benchmarkIdleHTTP(b, true, true) })
+}
+
+func benchmarkIdleHTTP(b *testing.B, loop, raw bool) {
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	n := min(5000, int(lim.Cur-300)/2) // each connection is two descriptors here
+	for range b.N {
+		var opened sync.WaitGroup
+		s := &Server{EventLoop: loop, Open: func(*Conn) { opened.Done() }}
+		var addr *net.TCPAddr
+		stop := func() {}
+		if raw {
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go s.Serve(ln)
+			addr, stop = ln.Addr().(*net.TCPAddr), func() { ln.Close() }
+		} else {
+			ts := httptest.NewServer(s)
+			addr, stop = ts.Listener.Addr().(*net.TCPAddr), ts.Close
+		}
+		dial := func() int {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := syscall.Connect(fd, &syscall.SockaddrInet4{Port: addr.Port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+				b.Fatal(err)
+			}
+			req := "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+				"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+			if _, err := syscall.Write(fd, []byte(req)); err != nil {
+				b.Fatal(err)
+			}
+			var resp [512]byte
+			got := 0
+			for !bytes.Contains(resp[:got], []byte("\r\n\r\n")) {
+				k, err := syscall.Read(fd, resp[got:])
+				if err != nil || k <= 0 {
+					b.Fatalf("reading the 101: %v", err)
+				}
+				got += k
+			}
+			return fd
+		}
+		// One connection first, so that the loops, their buffers and the
+		// HTTP server's own state are not counted.
+		opened.Add(1)
+		peers := []int{dial()}
+		opened.Wait()
+		debug.FreeOSMemory() // what the heap retains from now on, it touched for these connections
+		var before, held, live runtime.MemStats
+		runtime.ReadMemStats(&before)
+		peers = slices.Grow(peers, n)
+		opened.Add(n)
+		for range n {
+			peers = append(peers, dial())
+		}
+		opened.Wait()
+		runtime.ReadMemStats(&held)
+		for range 3 {
+			runtime.GC()
+		}
+		runtime.ReadMemStats(&live)
+		retained := func(m *runtime.MemStats) int64 { return int64(m.HeapSys - m.HeapReleased) }
+		b.ReportMetric(float64(retained(&held)-retained(&before))/float64(n), "retained-bytes/conn")
+		b.ReportMetric(float64(int64(live.HeapInuse)-int64(before.HeapInuse))/float64(n), "heap-bytes/conn")
+		b.ReportMetric(float64(int64(live.StackInuse)-int64(before.StackInuse))/float64(n), "stack-bytes/conn")
+		for _, fd := range peers {
+			syscall.Close(fd)
+		}
+		s.Shutdown(b.Context())
+		stop()
 	}
 }

@@ -140,7 +140,7 @@ func (c *Conn) recoverCallback() {
 // callbackPanicked logs a recovered panic and fails the connection with
 // 1011, without waiting.
 func (c *Conn) callbackPanicked(v any) {
-	c.log.Error("rally: panic in a connection callback; closing with 1011",
+	c.logger().Error("rally: panic in a connection callback; closing with 1011",
 		"remote", c.nc.RemoteAddr().String(), "panic", fmt.Sprint(v))
 	c.closeWithCode(frame.CloseInternalError, "")
 }

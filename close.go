@@ -32,12 +32,8 @@ func (c *Conn) Close(code uint16, reason string) error {
 	if err != nil {
 		return fmt.Errorf("rally: close: %w", err)
 	}
-	if !c.sendClose(payload) {
-		select {
-		case <-c.cl.done:
-			return ErrClosed
-		default:
-		}
+	if !c.sendClose(payload) && c.isDone() {
+		return ErrClosed
 	}
 	if c.rd.served || c.onReadingGoroutine() || onLoop() {
 		return nil
@@ -62,9 +58,9 @@ func (c *Conn) Close(code uint16, reason string) error {
 		c.rd.ended = false
 		c.rd.g.Store(0)
 		<-c.rd.sem
-	case <-c.cl.done:
+	case <-c.Done():
 	}
-	<-c.cl.done
+	<-c.Done()
 	if c.cl.final != nil && c.cl.final.Code == frame.CloseAbnormal {
 		return c.cl.final
 	}
@@ -82,10 +78,8 @@ func (c *Conn) Close(code uint16, reason string) error {
 // "defer c.CloseNow()" after a read loop does not turn a clean close into
 // 1006 for the peer.
 func (c *Conn) CloseNow() error {
-	select {
-	case <-c.cl.done:
+	if c.isDone() {
 		return ErrClosed
-	default:
 	}
 	if c.cl.readEnd.Load() != nil {
 		return nil
@@ -188,16 +182,21 @@ func (c *Conn) finish(ce *CloseError) {
 		}
 		c.wr.q.fail(ErrClosed)
 		c.wakeLocked()
-		fns := c.cl.onClose
-		c.cl.onClose = nil
-		for _, t := range []*time.Timer{c.wr.closeTimer, c.cl.keepalive, c.wr.stall} {
+		var fns []func(*CloseError)
+		var keepalive *time.Timer
+		if x := c.x.Load(); x != nil {
+			fns, keepalive = x.onClose, x.keepalive
+			x.onClose = nil
+		}
+		for _, t := range []*time.Timer{c.wr.closeTimer, keepalive, c.wr.stall} {
 			if t != nil {
 				t.Stop()
 			}
 		}
 		c.unlockWrite()
 		c.closeTransport(ce.Code == frame.CloseAbnormal)
-		close(c.cl.done)
+		c.closeDone()
+		reclaimClosed()
 		for _, f := range fns {
 			c.runOnClose(f, ce)
 		}

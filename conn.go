@@ -2,6 +2,7 @@ package rally
 
 import (
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,20 +20,18 @@ import (
 // Conn served by a Server is read by the Server; its callbacks must not
 // call the read methods.
 type Conn struct {
-	nc          net.Conn
-	t           transport
-	server      bool
-	subprotocol string
-	opts        ConnOptions
-	data        any
-	log         *slog.Logger
-	z           *compression // permessage-deflate, when negotiated
+	nc     net.Conn
+	t      transport
+	server bool
+	opts   *ConnOptions // shared, never written (see sharedOptions)
+	z      *compression // permessage-deflate, when negotiated
 
 	rd readSide  // owned by whoever holds rd.sem
 	wr writeSide // guarded by wr.mu
 	cl closeSide
 	cb callbackState
 	dl deadlineWatch
+	x  atomic.Pointer[connExtras] // made by the first use of one of its parts
 
 	stepFn func() bool // c.flushStep, made once
 }
@@ -40,21 +39,21 @@ type Conn struct {
 // readSide is the state of receiving, owned by the goroutine that holds
 // sem (a Read call, or a Server's goroutine for the connection).
 type readSide struct {
-	sem    chan struct{}
-	g      atomic.Uintptr // the goroutine holding sem (see goroutine.go)
-	p      parser
-	in     []byte  // unconsumed input: a slice of buf or of the handshake leftovers
-	buf    *[]byte // the read buffer; nil while idle on a socket
-	end    *CloseError
+	sem  chan struct{}  // nil on an event loop's connection, whose loop reads it
+	g    atomic.Uintptr // the goroutine holding sem (see goroutine.go)
+	p    parser
+	in   []byte  // unconsumed input: a slice of buf or of the handshake leftovers
+	buf  *[]byte // the read buffer; nil while idle on a socket
+	end  *CloseError
+	last atomic.Int64
+
+	msg message // a message being gathered, see message.go
+
 	ended  bool // the end was delivered to a read method
 	linger bool // the read side ended with a close frame; TCP still to wind down
-	last   atomic.Int64
-
-	msg    message        // a message being gathered, see message.go
-	reader *messageReader // made by the first Reader
-	batch  bool           // a Server's read batch is corked
-	served bool           // a Server's goroutine owns the read side
-	loop   bool           // an event loop owns the read side (Server.EventLoop)
+	batch  bool // a Server's read batch is corked
+	served bool // a Server's goroutine owns the read side
+	loop   bool // an event loop owns the read side (Server.EventLoop)
 }
 
 // writeSide is the state of sending, guarded by mu. mu is held only for
@@ -104,12 +103,30 @@ func (w *writeSide) moreLocked() *writeMore {
 
 // closeSide is how the connection ends.
 type closeSide struct {
-	done      chan struct{} // closed when the connection has ended
-	once      sync.Once
-	final     *CloseError
-	keepalive *time.Timer
-	onClose   []func(*CloseError)
-	readEnd   atomic.Pointer[CloseError] // the read side's end, once it came with a close frame
+	done    atomic.Pointer[chan struct{}] // made by the first Done; closed (or closedChan) once ended
+	final   *CloseError
+	readEnd atomic.Pointer[CloseError] // the read side's end, once it came with a close frame
+	once    sync.Once
+}
+
+// connExtras is the state few connections need, made on first use (see
+// Conn.extras): an idle connection an event loop drives has none, so that
+// it costs less memory.
+type connExtras struct {
+	subprotocol string              // set by newConn, then never written
+	data        any                 // Conn.Data; set before the connection is served
+	reader      *messageReader      // owned by whoever holds rd.sem
+	keepalive   *time.Timer         // the ping and idle timer (goroutine mode); guarded by wr.mu
+	onClose     []func(*CloseError) // guarded by wr.mu
+}
+
+// extras returns the connection's connExtras, making them if needed.
+func (c *Conn) extras() *connExtras {
+	if x := c.x.Load(); x != nil {
+		return x
+	}
+	c.x.CompareAndSwap(nil, &connExtras{})
+	return c.x.Load()
 }
 
 // callbackState serialises a connection's callbacks (see callback.go).
@@ -126,26 +143,19 @@ type callbackState struct {
 // unmasks payload in place there.
 func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *ConnOptions) *Conn {
 	c := &Conn{
-		nc:          nc,
-		t:           newTransport(nc),
-		server:      server,
-		subprotocol: subprotocol,
+		nc:     nc,
+		t:      newTransport(nc),
+		server: server,
 	}
-	c.dl.nc = nc
+	if subprotocol != "" {
+		c.extras().subprotocol = subprotocol
+	}
+	c.dl.c = c
 	c.rd.sem = make(chan struct{}, 1)
 	c.rd.in = buffered
-	c.cl.done = make(chan struct{})
-	if o != nil {
-		c.opts = *o
-	}
-	c.log = c.opts.Logger
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	if c.opts.CloseTimeout <= 0 {
-		c.opts.CloseTimeout = DefaultCloseTimeout
-	}
-	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: c.opts.MaxFragments}
+	c.opts = sharedOptions(o)
+	reclaimOpened()
+	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: int32(min(c.opts.MaxFragments, math.MaxInt32))}
 	switch {
 	case c.opts.ReadLimit == 0:
 		c.rd.p.readLimit = DefaultReadLimit
@@ -162,12 +172,39 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	return c
 }
 
+// logger is where the connection logs what it cannot return to a caller.
+func (c *Conn) logger() *slog.Logger {
+	if l := c.opts.Logger; l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
 // Subprotocol returns the subprotocol chosen in the handshake, or "".
-func (c *Conn) Subprotocol() string { return c.subprotocol }
+func (c *Conn) Subprotocol() string {
+	if x := c.x.Load(); x != nil {
+		return x.subprotocol
+	}
+	return ""
+}
 
 // Data returns the value attached to the connection when it was accepted
 // (see Server.Upgrade), or nil.
-func (c *Conn) Data() any { return c.data }
+func (c *Conn) Data() any {
+	if x := c.x.Load(); x != nil {
+		return x.data
+	}
+	return nil
+}
+
+// setData attaches v to the connection (Conn.Data), before it is served.
+func (c *Conn) setData(v any) {
+	if v != nil {
+		c.extras().data = v
+	} else if x := c.x.Load(); x != nil {
+		x.data = nil
+	}
+}
 
 // LocalAddr returns the local network address.
 func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
@@ -177,7 +214,44 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
 // Done returns a channel that is closed once the connection has ended
 // (close handshake finished, failed, or cut).
-func (c *Conn) Done() <-chan struct{} { return c.cl.done }
+func (c *Conn) Done() <-chan struct{} {
+	if d := c.cl.done.Load(); d != nil {
+		return *d
+	}
+	// Made on first use: an idle connection nobody waits for holds none.
+	ch := make(chan struct{})
+	c.cl.done.CompareAndSwap(nil, &ch)
+	return *c.cl.done.Load()
+}
+
+// closedChan is the Done channel of a connection that ended before anyone
+// asked for it.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// isDone reports whether the connection has ended (Done is closed).
+func (c *Conn) isDone() bool {
+	d := c.cl.done.Load()
+	if d == nil {
+		return false
+	}
+	select {
+	case <-*d:
+		return true
+	default:
+		return false
+	}
+}
+
+// closeDone closes Done (finish, once).
+func (c *Conn) closeDone() {
+	if !c.cl.done.CompareAndSwap(nil, &closedChan) {
+		close(*c.cl.done.Load())
+	}
+}
 
 // closeReason trims a rule text to fit a close frame's reason, on a UTF-8
 // boundary (a reason cut inside a sequence would not be valid UTF-8, and

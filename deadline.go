@@ -2,25 +2,52 @@ package rally
 
 import (
 	"context"
-	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // deadlineWatch makes a read or write blocked in the transport return when
 // its context ends, by moving the connection's read or write deadline into
 // the past, and puts the deadline back afterwards. A context that can
-// never end costs nothing.
+// never end costs nothing; the watch's state is made by the first context
+// that can, so that a connection nobody reads or writes with such a
+// context (an idle one, one driven by a Server) does not carry it.
 type deadlineWatch struct {
-	nc   net.Conn
-	mu   sync.Mutex
-	r, w watchSlot
+	c    *Conn // whose net.Conn's deadlines it moves
+	st   atomic.Pointer[deadlineState]
+	r, w watchSlot // which deadline: &d.r or &d.w
 }
 
-type watchSlot struct {
+// watchSlot names the read or the write deadline of a deadlineWatch.
+type watchSlot struct{ _ byte }
+
+type deadlineState struct {
+	mu   sync.Mutex
+	r, w slotState
+}
+
+type slotState struct {
 	active, fired bool
 	stop          func() bool
 	interrupt     func() // made once per slot
+}
+
+// state returns the watch's state, making it on first use.
+func (d *deadlineWatch) state() *deadlineState {
+	if st := d.st.Load(); st != nil {
+		return st
+	}
+	d.st.CompareAndSwap(nil, &deadlineState{})
+	return d.st.Load()
+}
+
+// slot returns the state of the deadline s names.
+func (d *deadlineWatch) slot(st *deadlineState, s *watchSlot) *slotState {
+	if s == &d.r {
+		return &st.r
+	}
+	return &st.w
 }
 
 // watch arms s for ctx and reports whether it did.
@@ -28,44 +55,50 @@ func (d *deadlineWatch) watch(ctx context.Context, s *watchSlot) bool {
 	if ctx == nil || ctx.Done() == nil {
 		return false
 	}
-	d.mu.Lock()
-	s.active = true
-	if s.interrupt == nil {
-		s.interrupt = func() { d.interrupt(s) }
+	st := d.state()
+	ss := d.slot(st, s)
+	st.mu.Lock()
+	ss.active = true
+	if ss.interrupt == nil {
+		ss.interrupt = func() { d.interrupt(st, s) }
 	}
-	d.mu.Unlock()
-	s.stop = context.AfterFunc(ctx, s.interrupt)
+	st.mu.Unlock()
+	ss.stop = context.AfterFunc(ctx, ss.interrupt)
 	return true
 }
 
-func (d *deadlineWatch) interrupt(s *watchSlot) {
-	d.mu.Lock()
-	if s.active {
+func (d *deadlineWatch) interrupt(st *deadlineState, s *watchSlot) {
+	ss := d.slot(st, s)
+	st.mu.Lock()
+	if ss.active {
 		d.set(s, time.Unix(1, 0))
-		s.fired = true
+		ss.fired = true
 	}
-	d.mu.Unlock()
+	st.mu.Unlock()
 }
 
-// unwatch disarms s and clears the deadline if it fired.
+// unwatch disarms s (which watch armed) and clears the deadline if it
+// fired.
 func (d *deadlineWatch) unwatch(s *watchSlot) {
-	if s.stop != nil {
-		s.stop()
-		s.stop = nil
+	st := d.st.Load()
+	ss := d.slot(st, s)
+	if ss.stop != nil {
+		ss.stop()
+		ss.stop = nil
 	}
-	d.mu.Lock()
-	s.active = false
-	if s.fired {
-		s.fired = false
+	st.mu.Lock()
+	ss.active = false
+	if ss.fired {
+		ss.fired = false
 		d.set(s, time.Time{})
 	}
-	d.mu.Unlock()
+	st.mu.Unlock()
 }
 
 func (d *deadlineWatch) set(s *watchSlot, t time.Time) {
 	if s == &d.r {
-		d.nc.SetReadDeadline(t)
+		d.c.nc.SetReadDeadline(t)
 	} else {
-		d.nc.SetWriteDeadline(t)
+		d.c.nc.SetWriteDeadline(t)
 	}
 }

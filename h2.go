@@ -86,7 +86,7 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	if n.ext != "" {
 		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = n.data
+	c.setData(n.data)
 	return c, nil
 }
 

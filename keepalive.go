@@ -14,7 +14,7 @@ func (c *Conn) startKeepalive() {
 	}
 	c.rd.last.Store(time.Now().UnixNano())
 	c.wr.mu.Lock()
-	c.cl.keepalive = time.AfterFunc(period, c.tick)
+	c.extras().keepalive = time.AfterFunc(period, c.tick)
 	c.wr.mu.Unlock()
 }
 
@@ -35,8 +35,8 @@ func (c *Conn) tick() {
 		return
 	}
 	c.wr.mu.Lock()
-	if t := c.cl.keepalive; t != nil { // nil: an event loop took over (see toLoop)
-		t.Reset(max(next, time.Millisecond))
+	if x := c.x.Load(); x != nil && x.keepalive != nil { // nil: an event loop took over (see toLoop)
+		x.keepalive.Reset(max(next, time.Millisecond))
 	}
 	c.wr.mu.Unlock()
 }
@@ -45,10 +45,8 @@ func (c *Conn) tick() {
 // returns how long until it should look again, or false once the
 // connection is closing or closed.
 func (c *Conn) keepaliveDue(now time.Time) (time.Duration, bool) {
-	select {
-	case <-c.cl.done:
+	if c.isDone() {
 		return 0, false
-	default:
 	}
 	idle := now.Sub(time.Unix(0, c.rd.last.Load()))
 	if c.opts.IdleTimeout > 0 && idle >= c.opts.IdleTimeout {

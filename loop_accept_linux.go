@@ -260,7 +260,7 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 	l.acc.byFd[h.fd] = nil
 	h.closed = true
 	t := &loopTransport{fd: h.fd, l: l, tag: h.tag, registered: true}
-	t.setAddrs(h.local, h.remote)
+	t.setAddrs(l, h.local, h.remote)
 	var buffered []byte
 	if len(rest) > 0 {
 		buffered = append([]byte(nil), rest...) // the loop's buffer is reused
@@ -270,7 +270,7 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 	if n.ext != "" {
 		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = n.data
+	c.setData(n.data)
 	s := h.srv
 	c.rd.served = true
 	if !s.set.commit(c) {
@@ -287,14 +287,11 @@ func (c *Conn) useLoopTransport(t *loopTransport) {
 	t.c = c
 	c.t = t
 	c.nc = t
-	c.dl.nc = t
 	c.rd.loop = true
 	c.rd.sem = nil // only the loop reads
-	if k := c.cl.keepalive; k != nil {
-		k.Stop() // the loop's sweep pings and times out its connections
-		c.cl.keepalive = nil
-		t.keepalive = c.keepalivePeriod()
-	}
+	c.wr.mu.Lock()
+	c.keepaliveToLoop(t)
+	c.wr.mu.Unlock()
 }
 
 // refuse answers h with rf and winds the socket down as lingerClose

@@ -97,7 +97,8 @@ type loop struct {
 	spare   []loopTask
 	stopped bool // guarded by taskMu
 
-	gen atomic.Uint32
+	gen   atomic.Uint32
+	local atomic.Pointer[netip.AddrPort] // see sharedLocal
 
 	// Owned by the loop goroutine.
 	g       uintptr
@@ -121,6 +122,18 @@ type loop struct {
 	sweepEvery time.Duration
 
 	acc loopAccept // request heads of Serve's connections (loop_accept_linux.go)
+}
+
+// sharedLocal returns a pointer to a, the same one for every connection
+// of the loop with the last local address seen (a server's connections
+// mostly share theirs).
+func (l *loop) sharedLocal(a netip.AddrPort) *netip.AddrPort {
+	if p := l.local.Load(); p != nil && *p == a {
+		return p
+	}
+	p := &a
+	l.local.Store(p)
+	return p
 }
 
 type loopTask struct {
@@ -231,7 +244,7 @@ func (grp *loopGroup) adopt(s *Server, c *Conn) bool {
 	l, err := grp.pick(s)
 	if err != nil {
 		grp.mu.Unlock()
-		c.log.Warn("rally: no event loop could be started; the connection is served by a goroutine", "err", err)
+		c.logger().Warn("rally: no event loop could be started; the connection is served by a goroutine", "err", err)
 		return false
 	}
 	l.n++
@@ -266,24 +279,33 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	orig := c.nc
 	t := &loopTransport{fd: fd, c: c, l: l}
 	t.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
-	t.setAddrs(orig.LocalAddr(), orig.RemoteAddr())
+	t.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
 	c.nc = t
-	c.dl.nc = t
 	c.rd.loop = true
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
 	c.rd.sem = nil
-	if k := c.cl.keepalive; k != nil {
-		// The loop's sweep pings and times out its connections: no timer
-		// per connection.
-		k.Stop()
-		c.cl.keepalive = nil
-		t.keepalive = c.keepalivePeriod()
-	}
+	c.keepaliveToLoop(t)
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
 	return true
+}
+
+// keepaliveToLoop hands c's pings and idle timeout to t's loop, whose sweep
+// looks after its connections: no timer per connection, and no connExtras
+// kept for the timer alone. The caller holds c's write lock.
+func (c *Conn) keepaliveToLoop(t *loopTransport) {
+	x := c.x.Load()
+	if x == nil || x.keepalive == nil {
+		return
+	}
+	x.keepalive.Stop()
+	x.keepalive = nil
+	t.keepalive = c.keepalivePeriod()
+	if x.subprotocol == "" && x.data == nil && x.reader == nil && x.onClose == nil {
+		c.x.Store(nil) // nothing else was needed: the connection holds none
+	}
 }
 
 // pick chooses the loop for a new connection, the least loaded, starting
@@ -577,14 +599,7 @@ func (l *loop) deliver(t *loopTransport) {
 
 // ended reports whether the connection has ended (a callback called
 // CloseNow, say): what is left of the input is not delivered.
-func (c *Conn) ended() bool {
-	select {
-	case <-c.cl.done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Conn) ended() bool { return c.isDone() }
 
 // windDown is the loop's linger (close.go): once the close frames were
 // exchanged, the server's close frame must leave, then the loop shuts its
@@ -755,32 +770,37 @@ func (l *loop) watchdog() {
 	l.taskMu.Unlock()
 }
 
-// loopTransport is a connection's socket owned by a loop.
+// loopTransport is a connection's socket owned by a loop: with its Conn,
+// all an idle connection holds, so it is kept small (the small fields
+// together, the local address shared).
 type loopTransport struct {
 	c   *Conn
 	l   *loop
 	tag uint64 // generation << 32 | descriptor, as epoll reports it
 
 	// Guarded by the connection's write lock.
-	fd         int // -1 once the loop closed it
+	fd int // -1 once the loop closed it
+
+	// Set by toLoop, then read only.
+	local  *netip.AddrPort // shared with the loop's other connections on the same address
+	remote netip.AddrPort
+	addrs  *[2]net.Addr // other than TCP
+
+	// Owned by the loop goroutine.
+	keepalive time.Duration // the ping and idle period, when the sweep looks after it
+	due       int64         // when the sweep looks next (unix ns)
+
+	// Guarded by the connection's write lock.
 	armed      bool
 	muted      bool // not watched for readability (winding down behind backpressure)
 	registered bool
 
 	// Owned by the loop goroutine.
-	local, remote netip.AddrPort
-	addrs         *[2]net.Addr // other than TCP
-
-	keepalive time.Duration // the ping and idle period, when the sweep looks after it
-	due       int64         // when the sweep looks next (unix ns)
-
-	reads   int
-	winding bool // the read side ended with a close frame: winding TCP down
-	shut    bool // the sending side is shut
-	dropped int  // bytes read and dropped while winding down (at most lingerBytes)
+	reads   uint8 // reads left for this readiness event
+	winding bool  // the read side ended with a close frame: winding TCP down
+	shut    bool  // the sending side is shut
 	closed  bool
-
-	iov [2]syscall.Iovec
+	dropped int // bytes read and dropped while winding down (at most lingerBytes)
 }
 
 // tryWrite writes a then b at once, without blocking. The caller holds
@@ -790,7 +810,8 @@ func (t *loopTransport) tryWrite(a, b []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	t.l.writes.Add(1)
-	n, err := writeFd(uintptr(t.fd), &t.iov, a, b)
+	var iov [2]syscall.Iovec // does not escape: no allocation, and no room in every idle connection
+	n, err := writeFd(uintptr(t.fd), &iov, a, b)
 	if err == errAgain {
 		return 0, nil
 	}
@@ -890,11 +911,11 @@ func (t *loopTransport) closeFromAnywhere() {
 // go through the loop. TCP addresses are kept as values, not as the
 // *net.TCPAddr pair (two more allocations per connection).
 
-func (t *loopTransport) setAddrs(local, remote net.Addr) {
+func (t *loopTransport) setAddrs(l *loop, local, remote net.Addr) {
 	lt, ok1 := local.(*net.TCPAddr)
 	rt, ok2 := remote.(*net.TCPAddr)
 	if ok1 && ok2 && lt.Zone == "" && rt.Zone == "" {
-		t.local, t.remote = lt.AddrPort(), rt.AddrPort()
+		t.local, t.remote = l.sharedLocal(lt.AddrPort()), rt.AddrPort()
 		return
 	}
 	t.addrs = &[2]net.Addr{local, remote}
@@ -904,7 +925,7 @@ func (t *loopTransport) LocalAddr() net.Addr {
 	if t.addrs != nil {
 		return t.addrs[0]
 	}
-	return net.TCPAddrFromAddrPort(t.local)
+	return net.TCPAddrFromAddrPort(*t.local)
 }
 
 func (t *loopTransport) RemoteAddr() net.Addr {

@@ -17,9 +17,13 @@ import (
 // message is a data message being gathered across reads (or, once whole,
 // handed out until the next event).
 type message struct {
-	buf     *[]byte
-	typ     MessageType
-	handed  bool  // buf holds a whole message handed out by nextMessage
+	buf    *[]byte
+	typ    frame.Opcode // Text or Binary (a byte, so that it packs with handed)
+	handed bool         // buf holds a whole message handed out by nextMessage
+	// cat is the MemoryCategory charged is charged to: MemoryInflate for a
+	// compressed message (its inflated bytes), else MemoryAssembly (a
+	// byte, so that it packs with typ and handed).
+	cat     uint8
 	charged int64 // bytes of buf's capacity charged to the memory budget
 
 	// filed is charged as the budget files it for shedding (see
@@ -28,10 +32,6 @@ type message struct {
 	// pace bounds how long a message being gathered may take to arrive,
 	// when the connection has a memory budget (made with the first one).
 	pace *messagePace
-
-	// cat is what charged is charged to: MemoryInflate for a compressed
-	// message (its inflated bytes), else MemoryAssembly.
-	cat MemoryCategory
 }
 
 // nextMessage returns the next whole data message. Its bytes are valid
@@ -71,12 +71,12 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			// Room for the rest of the frame, up to twice what arrived
 			// (what the first growth would take), so it is copied once.
 			n := len(ev.payload) + int(min(c.rd.p.remaining, int64(len(ev.payload))))
-			m.cat = c.gatherCategory()
+			m.cat = uint8(c.gatherCategory())
 			if err := c.chargeMessage(0, n); err != nil {
 				return 0, nil, err
 			}
 			m.buf = bufpool.Get(n)
-			m.typ = MessageType(ev.op)
+			m.typ = ev.op
 			c.startPace()
 		}
 		if need := len(*m.buf) + len(ev.payload); need > cap(*m.buf) {
@@ -89,7 +89,7 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 		if ev.fin {
 			m.pace.stop()
 			m.handed = true
-			return m.typ, *m.buf, nil
+			return MessageType(m.typ), *m.buf, nil
 		}
 	}
 }
@@ -119,7 +119,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 		return nil
 	}
 	d := int64(bufpool.Cap(n) - old)
-	if !b.charge(c.rd.msg.cat, d) {
+	if !b.charge(MemoryCategory(c.rd.msg.cat), d) {
 		c.rd.msg.pace.stop()
 		return c.violated(violation(frame.CloseTryAgainLater, "server memory is exhausted"))
 	}
@@ -133,7 +133,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 func (c *Conn) releaseMessage() {
 	m := &c.rd.msg
 	if b := c.opts.MemoryBudget; b != nil {
-		b.release(m.cat, m.charged)
+		b.release(MemoryCategory(m.cat), m.charged)
 		b.trackMessage(c, m.filed.Swap(0), 0)
 		m.pace.stop()
 	}

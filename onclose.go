@@ -7,13 +7,12 @@ package rally
 // recovered and logged.
 func (c *Conn) OnClose(f func(*CloseError)) {
 	c.wr.mu.Lock()
-	select {
-	case <-c.cl.done:
+	if c.isDone() {
 		c.wr.mu.Unlock()
 		c.runOnClose(f, c.cl.final)
 		return
-	default:
 	}
-	c.cl.onClose = append(c.cl.onClose, f)
+	x := c.extras()
+	x.onClose = append(x.onClose, f)
 	c.wr.mu.Unlock()
 }

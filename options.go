@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/rallyws/rally/frame"
 )
@@ -291,3 +293,76 @@ const (
 	// later" is the other usual choice).
 	CloseConnection
 )
+
+// A connection refers to its options instead of holding a copy of them
+// (120 bytes per connection otherwise): sharedOptions hands out one
+// frozen copy, defaults applied, for every connection made with equal
+// options. A Server's connections all get the same pointer.
+
+// optionsKey is ConnOptions as a comparable value: a function is compared
+// by identity (the same function value, closure included), the way a
+// connection would call it.
+type optionsKey struct {
+	readLimit                int64
+	maxFragments             int
+	ping, idle, close, stall time.Duration
+	onPing, onPong, onDrain  unsafe.Pointer
+	logger                   *slog.Logger
+	bufferLimit              int
+	action                   BufferLimitAction
+	closeCode                uint16
+	validateUTF8             bool
+	budget                   *MemoryBudget
+}
+
+// funcID is the identity of a function value: its closure.
+func funcID[F any](f F) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&f)) }
+
+func (o *ConnOptions) key() optionsKey {
+	return optionsKey{
+		readLimit: o.ReadLimit, maxFragments: o.MaxFragments,
+		ping: o.PingInterval, idle: o.IdleTimeout, close: o.CloseTimeout, stall: o.WriteStallTimeout,
+		onPing: funcID(o.OnPing), onPong: funcID(o.OnPong), onDrain: funcID(o.OnDrain),
+		logger: o.Logger, bufferLimit: o.BufferLimit, action: o.BufferLimitAction,
+		closeCode: o.BufferLimitCloseCode, validateUTF8: o.ValidateUTF8OnSend, budget: o.MemoryBudget,
+	}
+}
+
+// sharedOptionsSize is how many distinct option sets sharedOptions keeps:
+// a few servers' worth. Options that differ on every connection (a
+// closure made per request) just get a copy each.
+const sharedOptionsSize = 8
+
+var optionsCache struct {
+	mu   sync.Mutex
+	keys [sharedOptionsSize]optionsKey
+	opts [sharedOptionsSize]*ConnOptions
+	next int
+}
+
+// sharedOptions returns the options a connection made with o uses: a copy
+// of o (nil: the zero value) with CloseTimeout's default applied, shared
+// with the other connections made with equal options. Nobody writes to it.
+func sharedOptions(o *ConnOptions) *ConnOptions {
+	var v ConnOptions
+	if o != nil {
+		v = *o
+	}
+	if v.CloseTimeout <= 0 {
+		v.CloseTimeout = DefaultCloseTimeout
+	}
+	k := v.key()
+	m := &optionsCache
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, p := range m.opts {
+		if p != nil && m.keys[i] == k {
+			return p
+		}
+	}
+	p := new(ConnOptions) // only now: a connection that finds its options makes nothing
+	*p = v
+	m.keys[m.next], m.opts[m.next] = k, p
+	m.next = (m.next + 1) % sharedOptionsSize
+	return p
+}

@@ -34,31 +34,33 @@ type event struct {
 }
 
 type parser struct {
-	server       bool  // frames come from clients, so they must be masked
-	allowedRsv   byte  // RSV bits negotiated extensions allow on data frames
+	// The small fields first, so that they pack: an idle connection
+	// carries its parser.
+	server     bool // frames come from clients, so they must be masked
+	allowedRsv byte // RSV bits negotiated extensions allow on data frames
+	inFrame    bool
+	inMessage  bool
+	msgOp      frame.Opcode
+	msgFirst   bool // the next data event is the message's first
+	msgZ       bool // the message is compressed
+	closed     bool // a close frame arrived: RFC 6455 5.5.1, nothing after it counts
+
+	hdr     [frame.MaxHeaderSize]byte // a header split across inputs
+	hdrN    uint8
+	ctlN    uint8 // bytes of ctl filled
+	maskPos uint8 // the mask key's position of the next payload byte (0-3)
+
+	maxFragments int32 // frames per message; <= 0 means no limit (packs with the fields above)
 	readLimit    int64 // largest message; <= 0 means no limit
-	maxFragments int   // frames per message; <= 0 means no limit
 
-	hdr  [frame.MaxHeaderSize]byte // a header split across inputs
-	hdrN int
-
-	inFrame   bool
 	h         frame.Header
 	remaining int64 // payload bytes of the current frame still to come
-	maskPos   int
 
-	inMessage bool
-	msgOp     frame.Opcode
 	msgLen    int64
 	fragments int
-	msgFirst  bool // the next data event is the message's first
-	msgZ      bool // the message is compressed
 	utf8      frame.UTF8
 
-	ctl  *[frame.MaxControlPayload]byte // a control payload split across inputs (made when first needed)
-	ctlN int
-
-	closed bool // a close frame arrived: RFC 6455 5.5.1, nothing after it counts
+	ctl *[frame.MaxControlPayload]byte // a control payload split across inputs (made when first needed)
 }
 
 func violation(code uint16, rule string) error {
@@ -98,7 +100,9 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 			// Text: unmask and validate in one pass over the payload.
 			var i int
 			if p.h.Masked {
-				p.maskPos, i = p.utf8.FeedMasked(p.h.Mask, p.maskPos, chunk)
+				var pos int
+				pos, i = p.utf8.FeedMasked(p.h.Mask, int(p.maskPos), chunk)
+				p.maskPos = uint8(pos)
 			} else {
 				i = p.utf8.Feed(chunk)
 			}
@@ -106,7 +110,7 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 				return event{}, n, violation(frame.CloseInvalidPayload, "text message is not valid UTF-8")
 			}
 		} else if p.h.Masked {
-			p.maskPos = frame.Mask(p.h.Mask, p.maskPos, chunk)
+			p.maskPos = uint8(frame.Mask(p.h.Mask, int(p.maskPos), chunk))
 		}
 		frameDone := p.remaining == 0
 		fin := frameDone && p.h.Fin
@@ -139,21 +143,21 @@ func (p *parser) readHeader(b []byte) (int, error) {
 			return 0, err
 		}
 		if m == 0 {
-			p.hdrN = copy(p.hdr[:], b)
+			p.hdrN = uint8(copy(p.hdr[:], b))
 			return len(b), nil
 		}
 		h, used = hh, m
 	} else {
 		k := copy(p.hdr[p.hdrN:], b)
-		hh, m, err := frame.Parse(p.hdr[:p.hdrN+k])
+		hh, m, err := frame.Parse(p.hdr[:int(p.hdrN)+k])
 		if err != nil {
 			return 0, err
 		}
 		if m == 0 {
-			p.hdrN += k
+			p.hdrN += uint8(k)
 			return k, nil
 		}
-		h, used = hh, m-p.hdrN
+		h, used = hh, m-int(p.hdrN)
 		p.hdrN = 0
 	}
 	if err := p.startFrame(h); err != nil {
@@ -187,7 +191,7 @@ func (p *parser) startFrame(h frame.Header) error {
 			p.utf8.Reset()
 		}
 		p.fragments++
-		if p.maxFragments > 0 && p.fragments > p.maxFragments {
+		if p.maxFragments > 0 && p.fragments > int(p.maxFragments) {
 			return violation(frame.ClosePolicyViolation, "message split into too many fragments")
 		}
 		// RFC 6455 10.4: check the size on the header, before any payload is kept.
@@ -217,7 +221,7 @@ func (p *parser) controlPayload(b []byte, n int) (event, int, error) {
 		p.ctl = new([frame.MaxControlPayload]byte)
 	}
 	k := copy(p.ctl[p.ctlN:p.h.Length], b[n:])
-	p.ctlN += k
+	p.ctlN += uint8(k)
 	n += k
 	p.remaining -= int64(k)
 	if p.remaining > 0 {

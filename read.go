@@ -96,9 +96,9 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 		r.held = m.buf
 		r.chunk = *m.buf
 		m.buf = nil
-		c.opts.MemoryBudget.release(m.cat, m.charged)
+		c.opts.MemoryBudget.release(MemoryCategory(m.cat), m.charged)
 		m.charged = 0
-		return m.typ, r, nil
+		return MessageType(m.typ), r, nil
 	}
 	ev, err := c.nextEvent(ctx)
 	if err != nil {
@@ -110,10 +110,11 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 }
 
 func (c *Conn) reader() *messageReader {
-	if c.rd.reader == nil {
-		c.rd.reader = &messageReader{c: c}
+	x := c.extras()
+	if x.reader == nil {
+		x.reader = &messageReader{c: c}
 	}
-	return c.rd.reader
+	return x.reader
 }
 
 // messageReader streams one message. Its chunk aliases the connection's
@@ -184,7 +185,10 @@ func (c *Conn) skipReader(ctx context.Context) error {
 	if m := &c.rd.msg; m.handed {
 		c.releaseMessage()
 	}
-	r := c.rd.reader
+	var r *messageReader
+	if x := c.x.Load(); x != nil {
+		r = x.reader
+	}
 	for r != nil && r.active {
 		if r.fin {
 			r.finish()
@@ -388,10 +392,8 @@ func (c *Conn) violated(err error) error {
 
 // ioEnd turns a read error into how the connection ended.
 func (c *Conn) ioEnd(err error) *CloseError {
-	select {
-	case <-c.cl.done:
+	if c.isDone() {
 		return c.cl.final
-	default:
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF

@@ -117,7 +117,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.Upgrade != nil {
-		c.data = data
+		c.setData(data)
 	}
 	s.start(c, r.ProtoMajor == 2)
 }
@@ -292,7 +292,7 @@ func (c *Conn) serve(s *Server) {
 	c.releaseReadBuffer()
 	c.rd.g.Store(0)
 	<-c.rd.sem
-	<-c.cl.done
+	<-c.Done()
 	if s.Close != nil {
 		c.callClose(s.Close, c.cl.final)
 	}

@@ -131,7 +131,7 @@ func Upgrade(nc net.Conn, opts *AcceptOptions) (*Conn, *http.Request, error) {
 	if n.ext != "" {
 		c.enableCompression(opts.Compression, n.params)
 	}
-	c.data = n.data
+	c.setData(n.data)
 	return c, r, nil
 }
 

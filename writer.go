@@ -71,7 +71,7 @@ func (c *Conn) takeWriteSlot(ctx context.Context) error {
 	select {
 	case c.writeSlot() <- struct{}{}:
 		return nil
-	case <-c.cl.done:
+	case <-c.Done():
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
