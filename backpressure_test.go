@@ -51,14 +51,20 @@ const testSocketBuffer = 32 << 10
 // socket, the buffer would be smaller than the window already advertised:
 // the kernel then prunes what overruns it and the sender retransmits with
 // backoff, which made these tests time out under load.
-func smallReceiveBuffer(_, _ string, c syscall.RawConn) error {
-	var serr error
-	if err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, testSocketBuffer)
-	}); err != nil {
-		return err
+var smallReceiveBuffer = receiveBufferBeforeConnect(testSocketBuffer)
+
+// receiveBufferBeforeConnect is a dialer's or listener's Control that
+// gives the socket a receive buffer of size bytes before it connects.
+func receiveBufferBeforeConnect(size int) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, size)
+		}); err != nil {
+			return err
+		}
+		return serr
 	}
-	return serr
 }
 
 // dialStalledPeer opens a raw client peer to addr, handshake done (with

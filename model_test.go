@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -379,21 +378,13 @@ func (l *modelListener) Accept() (net.Conn, error) {
 	return nc, err
 }
 
-// dialModelPeer connects a raw client peer to addr, over TLS when asked,
-// and does the opening handshake offering extensions ext.
 // smallModelReceiveBuffer is a dialer's or listener's Control: the raw
 // peer's socket gets a receive buffer of modelSocketBuffer before it
 // connects.
-func smallModelReceiveBuffer(network, address string, c syscall.RawConn) error {
-	var serr error
-	if err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, modelSocketBuffer)
-	}); err != nil {
-		return err
-	}
-	return serr
-}
+var smallModelReceiveBuffer = receiveBufferBeforeConnect(modelSocketBuffer)
 
+// dialModelPeer connects a raw client peer to addr, over TLS when asked,
+// and does the opening handshake offering extensions ext.
 func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
 	d := &net.Dialer{Timeout: wireTimeout, Control: smallModelReceiveBuffer}
 	var nc net.Conn
