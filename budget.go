@@ -76,6 +76,13 @@ const (
 // hold still answers a fresh client.
 const clientPercent = 85
 
+// gatherReserve is the part of clientPercent that send queues leave to
+// messages being gathered: queues stop at clientPercent-gatherReserve, so
+// that subscribers' queues filling the budget under a flood cannot refuse
+// the publisher's next message (1013) and end the flood's source with
+// them; the queues are shed instead.
+const gatherReserve = 10
+
 // String returns "normal", "elevated", "high" or "critical".
 func (p Pressure) String() string {
 	switch p {
@@ -277,8 +284,9 @@ func (b *MemoryBudget) AdmitsNew() bool {
 // Reserve charges n bytes to cat if they fit, and reports whether they
 // did. Request heads (MemoryHandshakes) fit up to the limit; the other
 // categories together up to 85% of it (the rest is the reserve for new
-// clients), and messages being gathered with their inflated output up to
-// AssemblyShare. A program that holds memory on behalf of clients (a
+// clients), send queues and the rest up to 75% (the last 10% stays for
+// messages being gathered), and messages being gathered with their
+// inflated output up to AssemblyShare. A program that holds memory on behalf of clients (a
 // buffer of its own) can account it with Reserve and Release. A refused
 // reservation is counted (see Stats); n <= 0 always succeeds.
 func (b *MemoryBudget) Reserve(cat MemoryCategory, n int64) bool { return b.charge(cat, n) }
@@ -338,8 +346,9 @@ func (b *MemoryBudget) Shed() uint64 { return b.shed.Load() }
 // appending a fragment, inflate before growing its output, the send queue
 // before copying a record in, the raw upgrade before reading a head. A
 // request head may take the budget to its limit; what connections hold
-// only to clientPercent of it, and messages being gathered only to their
-// share (MemoryBudgetOptions.AssemblyShare). A send-queue charge that
+// only to clientPercent of it (send queues to gatherReserve less), and
+// messages being gathered only to their share
+// (MemoryBudgetOptions.AssemblyShare). A send-queue charge that
 // fails also sheds the largest registered queues (see track), an assembly
 // charge the largest messages being gathered (see trackMessage), so that
 // the slowest peers give way first.
@@ -357,8 +366,11 @@ func (b *MemoryBudget) charge(cat MemoryCategory, n int64) bool {
 		return true
 	}
 	ceiling := limit
-	if cat != MemoryHandshakes {
+	switch {
+	case gathering(cat):
 		ceiling = percentOf(limit, clientPercent)
+	case cat != MemoryHandshakes:
+		ceiling = percentOf(limit, clientPercent-gatherReserve)
 	}
 	if gathering(cat) {
 		share := percentOf(limit, b.opts.AssemblyShare)

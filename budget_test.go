@@ -37,11 +37,20 @@ func TestMemoryBudgetRefusesAChargePastTheLimitAndCountsIt(t *testing.T) {
 }
 
 // What connections hold (messages, inflated output, send queues) stops at
-// 85% of the limit: the rest is kept for new clients' request heads.
+// 85% of the limit: the rest is kept for new clients' request heads. Send
+// queues stop at 75%: the last 10% stays for messages being gathered, so
+// that subscribers' queues filling the budget cannot refuse a publisher's
+// next message.
 func TestMemoryBudgetKeepsAReserveForRequestHeads(t *testing.T) {
 	b := NewMemoryBudget(1000)
-	if !b.Reserve(MemorySendQueues, 850) {
-		t.Fatal("send queues refused up to 85% of the limit")
+	if !b.Reserve(MemorySendQueues, 750) {
+		t.Fatal("send queues refused up to 75% of the limit")
+	}
+	if b.Reserve(MemorySendQueues, 1) {
+		t.Error("send queues charged past 75% of the limit")
+	}
+	if !b.Reserve(MemoryAssembly, 60) || !b.Reserve(MemoryInflate, 40) {
+		t.Fatal("messages refused the 10% that send queues leave them")
 	}
 	for _, cat := range []MemoryCategory{MemorySendQueues, MemoryAssembly, MemoryInflate} {
 		if b.Reserve(cat, 1) {
@@ -270,7 +279,7 @@ func TestMemoryBudgetShedsTheLargestQueuesFirst(t *testing.T) {
 func TestMemoryBudgetShedsWhenASendQueueChargeFails(t *testing.T) {
 	b := NewMemoryBudget(1 << 20)
 	var shed []string
-	big := &fakeQueue{name: "big", size: 800 << 10, shed: &shed}
+	big := &fakeQueue{name: "big", size: 700 << 10, shed: &shed}
 	if !b.Reserve(MemorySendQueues, big.size) {
 		t.Fatal("charge refused")
 	}
