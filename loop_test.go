@@ -131,7 +131,13 @@ func TestEventLoopServerPassesTheConformanceSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a few seconds; run without -short")
 	}
-	s := &rally.Server{
+	strictConformance(t, "ws://"+serve(t, loopConformanceServer())+"/", "rally-event-loop")
+}
+
+// loopConformanceServer is an echo Server on event loops, with
+// permessage-deflate, for the conformance suite.
+func loopConformanceServer() *rally.Server {
+	return &rally.Server{
 		EventLoop: true,
 		Options: &rally.AcceptOptions{
 			Compression: &rally.CompressionOptions{ServerNoContextTakeover: true},
@@ -140,10 +146,15 @@ func TestEventLoopServerPassesTheConformanceSuite(t *testing.T) {
 			c.Write(context.Background(), typ, p)
 		},
 	}
-	addr := serve(t, s)
+}
+
+// strictConformance runs every case of the conformance suite against the
+// server at url and fails unless every verdict is OK or INFORMATIONAL.
+func strictConformance(t *testing.T, url, agent string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rep, err := conform.RunServer(ctx, "ws://"+addr+"/", &conform.Options{Agent: "rally-event-loop", Scale: 1.0 / 64, Cases: []string{"*"}})
+	rep, err := conform.RunServer(ctx, url, &conform.Options{Agent: agent, Scale: 1.0 / 64, Cases: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
