@@ -223,7 +223,7 @@ func TestLoopServeCutsTheOldestHeadPastMaxPendingHandshakes(t *testing.T) {
 // gone and the server shut down, no descriptor or goroutine is left.
 func TestLoopServeHoldsHeadsWithoutAGoroutineEachAndLeavesNothingBehind(t *testing.T) {
 	reads := watchHeadReads(t)
-	fdsBefore, gBefore := countFDs(t), runtime.NumGoroutine()
+	fdsBefore, gBefore := OpenFDs(t), runtime.NumGoroutine()
 	s := loopEchoServer(nil)
 	s.EventLoops = 2
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -270,31 +270,7 @@ func TestLoopServeHoldsHeadsWithoutAGoroutineEachAndLeavesNothingBehind(t *testi
 	for _, nc := range ncs {
 		nc.Close()
 	}
-	// Nothing signals the end of a goroutine or of a descriptor: poll,
-	// bounded.
-	deadline := time.Now().Add(testTimeout)
-	for {
-		fds, gs := countFDs(t), runtime.NumGoroutine()
-		if fds <= fdsBefore && gs <= gBefore {
-			break
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("after every connection ended: %d descriptors open (%d before), %d goroutines (%d before):\n%s",
-				fds, fdsBefore, gs, gBefore, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// countFDs counts the process's open file descriptors.
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
-	return len(ents)
+	WaitNothingLeft(t, fdsBefore, gBefore, testTimeout)
 }
 
 // startServeServer starts Serve in goroutine mode or with event loops,

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -165,7 +164,7 @@ func strictConformance(t *testing.T, url, agent string) {
 }
 
 func TestEventLoopLeavesNoGoroutineNorDescriptorAfterItsConnectionsEnd(t *testing.T) {
-	fdsBefore, gBefore := openFDs(t), runtime.NumGoroutine()
+	fdsBefore, gBefore := rally.OpenFDs(t), runtime.NumGoroutine()
 	rec := newRecorder()
 	rec.closed = make(chan *rally.CloseError, 64)
 	s := loopEcho(rec)
@@ -212,30 +211,7 @@ func TestEventLoopLeavesNoGoroutineNorDescriptorAfterItsConnectionsEnd(t *testin
 			t.Fatal("Server.Close was not called for every connection")
 		}
 	}
-	// Nothing signals the end of a goroutine or of a descriptor: poll,
-	// bounded.
-	deadline := time.Now().Add(wireTimeout)
-	for {
-		fds, gs := openFDs(t), runtime.NumGoroutine()
-		if fds <= fdsBefore && gs <= gBefore {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after every connection ended: %d descriptors open (%d before), %d goroutines (%d before):\n%s",
-				fds, fdsBefore, gs, gBefore, allStacks())
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// openFDs counts the process's open file descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
-	return len(ents)
+	rally.WaitNothingLeft(t, fdsBefore, gBefore, wireTimeout)
 }
 
 func TestEventLoopTurnWritesEachConnectionOnceWhateverItsCallbacksSent(t *testing.T) {
