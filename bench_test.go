@@ -307,7 +307,7 @@ func benchmarkIdleHTTP(b *testing.B, loop, raw bool) {
 			addr, stop = ts.Listener.Addr().(*net.TCPAddr), ts.Close
 		}
 		dial := func() int {
-			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 			if err != nil {
 				b.Fatal(err)
 			}
