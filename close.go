@@ -20,7 +20,10 @@ import (
 // It returns nil once the peer answered, the *CloseError (code 1006) if it
 // did not, and ErrClosed if the connection had already ended. Sends after
 // Close fail with ErrClosed. If a Writer is streaming a message, the close
-// frame follows the message's end (and the sends held meanwhile).
+// frame follows the message's end (and the sends held meanwhile). Inside
+// the caller's own Cork, Close sends what the cork gathered and the close
+// frame at once, as a blocking Write does, so that it never waits for
+// itself.
 //
 // On a connection served by a Server, from any callback or hook on the
 // reading goroutine, and on an event loop's goroutine (Server.EventLoop),
@@ -32,10 +35,11 @@ func (c *Conn) Close(code uint16, reason string) error {
 	if err != nil {
 		return fmt.Errorf("rally: close: %w", err)
 	}
-	if !c.sendClose(payload) && c.isDone() {
+	wait := !c.rd.served && !c.onReadingGoroutine() && !onLoop()
+	if !c.queueClose(payload, wait) && c.isDone() {
 		return ErrClosed
 	}
-	if c.rd.served || c.onReadingGoroutine() || onLoop() {
+	if !wait {
 		return nil
 	}
 	select {
@@ -91,7 +95,13 @@ func (c *Conn) CloseNow() error {
 // sendClose queues a close frame unless one was already accepted, and arms
 // the timer that cuts the connection if the handshake does not finish in
 // time. It never waits. It reports whether this call sent the frame.
-func (c *Conn) sendClose(payload []byte) bool {
+func (c *Conn) sendClose(payload []byte) bool { return c.queueClose(payload, false) }
+
+// queueClose is sendClose; flush sends the frame past the calling
+// goroutine's cork, with what the cork gathered before it: a Close that
+// waits for the peer's answer must not hold its own close frame until it
+// returns.
+func (c *Conn) queueClose(payload []byte, flush bool) bool {
 	g := currentG()
 	c.wr.mu.Lock()
 	q := &c.wr.q
@@ -107,7 +117,7 @@ func (c *Conn) sendClose(payload []byte) bool {
 	}
 	f := c.frameLocked(frame.OpClose, true, payload, CompressNever, false)
 	var err error
-	c.wr.closeSeq, err = c.enqueueLocked(&f, !c.corkedLocked(g), false)
+	c.wr.closeSeq, err = c.enqueueLocked(&f, flush || !c.corkedLocked(g), false)
 	q.closed = true
 	if err == nil {
 		c.wr.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)

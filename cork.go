@@ -40,8 +40,9 @@ type joinedPeer struct {
 // returns. A cork gathers at most 256 KiB: sends past that go out at once
 // (in order), as does a frame of 64 KiB or more sent while the cork holds
 // nothing (written from the caller's bytes, not copied). Sends from other
-// goroutines are not held. A blocking Write inside f flushes what was
-// gathered first, so it cannot wait on itself.
+// goroutines are not held. A blocking Write or a Close that waits for the
+// handshake inside f flushes what was gathered first, so it cannot wait on
+// itself.
 // Corks nest. A Server corks automatically around the callbacks of each
 // batch of frames it reads.
 func (c *Conn) Cork(f func()) {
