@@ -17,8 +17,9 @@ import (
 //     the same time: they hold cb.mu. Completions and OnClose functions do
 //     not take it: they may run inside another callback (a send completed
 //     at once on the callback's own goroutine).
-//   - Nothing waits for itself: the reading goroutine is known (rd.g), so
-//     Close called from a hook sends and returns; OnDrain never blocks on
+//   - Nothing waits for itself: the reading goroutine is known (rd.g), and
+//     OnDrain's cork says it is a callback's (corkCallback), so Close
+//     called from a hook or OnDrain sends and returns; OnDrain never blocks on
 //     cb.mu (it is run by whoever releases it); completions run with no
 //     lock held and with the queue free to flush (a completion may Write
 //     or Close).
@@ -98,7 +99,7 @@ func (c *Conn) runPendingDrain() {
 		}
 		if c.cb.drainPending.Swap(false) {
 			c.cb.running.Store(true)
-			c.corkBegin()
+			c.corkCallback()
 			c.callDrain(c.opts.OnDrain)
 			c.corkEnd()
 			c.cb.running.Store(false)

@@ -25,23 +25,46 @@ import (
 // frame at once, as a blocking Write does, so that it never waits for
 // itself.
 //
-// On a connection served by a Server, from any callback or hook on the
-// reading goroutine, and on an event loop's goroutine (Server.EventLoop),
-// Close sends and returns nil at once: whoever reads finishes the
-// handshake (a Server then calls Server.Close).
+// From a callback, Close sends and returns nil at once, in every mode: on
+// a connection served by a Server, from any callback or hook (OnPing,
+// OnPong, OnDrain, Server.Drain included), and on an event loop's
+// goroutine (Server.EventLoop). A callback must not wait for the peer (the
+// connection's other callbacks wait for it). The handshake then finishes
+// on its own: whoever reads sees the peer's answer (a Server then calls
+// Server.Close; a Read returns the *CloseError); if nobody reads an Accept
+// or Dial connection, rally reads to the end itself. Done is closed once
+// the connection has ended.
 func (c *Conn) Close(code uint16, reason string) error {
 	var buf [2 + frame.MaxCloseReason]byte
 	payload, err := frame.AppendClosePayload(buf[:0], code, []byte(reason))
 	if err != nil {
 		return fmt.Errorf("rally: close: %w", err)
 	}
-	wait := !c.rd.served && !c.onReadingGoroutine() && !onLoop()
-	if !c.queueClose(payload, wait) && c.isDone() {
+	reader := c.rd.served || c.onReadingGoroutine() || onLoop()
+	callback := reader || c.inCallbackCork()
+	sent := c.queueClose(payload, !callback)
+	if !sent && c.isDone() {
 		return ErrClosed
 	}
-	if !wait {
+	if callback {
+		if sent && !reader {
+			// OnDrain on an Accept or Dial connection: nobody may be
+			// reading to see the peer's answer.
+			go c.awaitClose()
+		}
 		return nil
 	}
+	c.awaitClose()
+	if c.cl.final != nil && c.cl.final.Code == frame.CloseAbnormal {
+		return c.cl.final
+	}
+	return nil
+}
+
+// awaitClose reads until the peer's close frame and winds TCP down, if
+// nobody else reads the connection; otherwise it waits for the reader to
+// end it. It returns once the connection has ended.
+func (c *Conn) awaitClose() {
 	select {
 	case c.rd.sem <- struct{}{}:
 		// Nobody is reading: read until the peer's close frame, discarding
@@ -65,10 +88,6 @@ func (c *Conn) Close(code uint16, reason string) error {
 	case <-c.Done():
 	}
 	<-c.Done()
-	if c.cl.final != nil && c.cl.final.Code == frame.CloseAbnormal {
-		return c.cl.final
-	}
-	return nil
 }
 
 // CloseNow closes the TCP connection at once, without a close handshake.

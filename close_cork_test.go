@@ -1,9 +1,13 @@
 package rally_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
@@ -81,6 +85,103 @@ func TestCloseInsideTheCallersOwnCorkCompletesTheHandshake(t *testing.T) {
 			if err := c.Close(1000, ""); !errors.Is(err, rally.ErrClosed) {
 				t.Errorf("Close after the handshake = %v, want rally.ErrClosed", err)
 			}
+		})
+	}
+}
+
+// drainCloser is an OnDrain (or Server.Drain) that closes the connection
+// the first time it runs and hands Close's result over.
+type drainCloser struct {
+	once   sync.Once
+	result chan error
+}
+
+func newDrainCloser() *drainCloser { return &drainCloser{result: make(chan error, 1)} }
+
+func (d *drainCloser) onDrain(c *rally.Conn) {
+	d.once.Do(func() { d.result <- c.Close(1000, "drained") })
+}
+
+// Close called from OnDrain sends the close frame and returns nil at once,
+// whoever drives the connection: a Server on goroutines or on an event
+// loop (Server.Drain), and an Accept or Dial connection read by a loop of
+// Read calls or read by nobody. The handshake then completes as the peer
+// answers. On Accept and Dial connections Close used to wait for the
+// peer's answer from inside OnDrain.
+func TestCloseFromOnDrainSendsAndReturnsAtOnceInEveryMode(t *testing.T) {
+	const size = 4 << 10
+	// check fills c's queue until a Send is Queued, lets the peer read
+	// everything up to the close frame that OnDrain's Close sent, wants
+	// Close returned before the peer answers, answers, and returns how the
+	// connection ended on rally's side.
+	check := func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool, d *drainCloser, ended func() *rally.CloseError) {
+		n := fillUntilQueued(t, c, p, size)
+		for i := 0; ; i++ {
+			f, raw := readRaw(t, p)
+			if f.Opcode == rawpeer.OpBinary && f.Masked == masked && len(f.Payload) == size && i < n {
+				continue
+			}
+			code, reason, _ := rawpeer.ParseClose(f.Payload)
+			if f.Opcode != rawpeer.OpClose || code != 1000 || string(reason) != "drained" {
+				t.Fatalf("frame %d after %d messages: %.40s, want close 1000 \"drained\"", i, n, raw)
+			}
+			break
+		}
+		select {
+		case err := <-d.result:
+			if err != nil {
+				t.Fatalf("Close from OnDrain = %v, want nil", err)
+			}
+		case <-time.After(wireTimeout):
+			t.Fatal("Close from OnDrain did not return before the peer answered")
+		}
+		if err := p.WriteFrame(rawpeer.Close(1000, "")); err != nil {
+			t.Fatal(err)
+		}
+		if !masked {
+			p.ExpectEOF(t)
+		}
+		p.Close()
+		if ce := ended(); ce == nil || ce.Code != 1000 {
+			t.Fatalf("the connection ended with %v, want the peer's close 1000", ce)
+		}
+	}
+	for _, loop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Server/EventLoop=%v", loop), func(t *testing.T) {
+			d := newDrainCloser()
+			c, p, rec := servedStalled(t, &rally.Server{EventLoop: loop, Drain: d.onDrain})
+			check(t, c, p, false, d, func() *rally.CloseError { return rec.waitClose(t) })
+		})
+	}
+	for _, reader := range []string{"ReadLoop", "NoReader"} {
+		t.Run(reader, func(t *testing.T) {
+			var cur atomic.Pointer[drainCloser] // each side's own
+			onDrain := func(c *rally.Conn) { cur.Load().onDrain(c) }
+			stalledSides(t, rally.ConnOptions{BufferLimit: -1, CloseTimeout: 2 * wireTimeout, OnDrain: onDrain},
+				func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool) {
+					d := newDrainCloser()
+					cur.Store(d)
+					ended := make(chan *rally.CloseError, 1)
+					c.OnClose(func(ce *rally.CloseError) { ended <- ce })
+					if reader == "ReadLoop" {
+						go func() {
+							for {
+								if _, _, err := c.Read(context.Background()); err != nil {
+									return
+								}
+							}
+						}()
+					}
+					check(t, c, p, masked, d, func() *rally.CloseError {
+						select {
+						case ce := <-ended:
+							return ce
+						case <-time.After(2 * wireTimeout):
+							t.Fatal("the connection did not end after the peer answered")
+							return nil
+						}
+					})
+				})
 		})
 	}
 }

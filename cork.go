@@ -21,8 +21,9 @@ type corkState struct {
 }
 
 type corkHolder struct {
-	g     uintptr
-	depth int
+	g        uintptr
+	depth    int
+	callback bool // the cork rally takes around a callback (OnDrain)
 }
 
 type joinedCork struct {
@@ -51,7 +52,14 @@ func (c *Conn) Cork(f func()) {
 	f()
 }
 
-func (c *Conn) corkBegin() {
+func (c *Conn) corkBegin() { c.corkAround(false) }
+
+// corkCallback is corkBegin around a callback that may run off the reading
+// goroutine (OnDrain): a Close inside it then sends and returns as from
+// any callback (see inCallbackCork).
+func (c *Conn) corkCallback() { c.corkAround(true) }
+
+func (c *Conn) corkAround(callback bool) {
 	g := currentG()
 	c.wr.mu.Lock()
 	k := c.corksLocked()
@@ -68,7 +76,7 @@ func (c *Conn) corkBegin() {
 		}
 	}
 	if free >= 0 {
-		k.holders[free] = corkHolder{g: g, depth: 1}
+		k.holders[free] = corkHolder{g: g, depth: 1, callback: callback}
 	}
 	// Else more goroutines cork this connection at once than it tracks:
 	// this one's sends simply go out at once.
@@ -148,6 +156,23 @@ func (c *Conn) holdsCorkLocked(g uintptr) bool {
 	for _, h := range c.wr.corks.holders {
 		if h.depth > 0 && h.g == g {
 			return true
+		}
+	}
+	return false
+}
+
+// inCallbackCork reports whether the calling goroutine runs a callback
+// inside the cork rally took for it (corkCallback).
+func (c *Conn) inCallbackCork() bool {
+	g := currentG()
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	if c.wr.corks == nil {
+		return false
+	}
+	for _, h := range c.wr.corks.holders {
+		if h.depth > 0 && h.g == g {
+			return h.callback
 		}
 	}
 	return false

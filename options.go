@@ -79,7 +79,9 @@ type ConnOptions struct {
 	// OnDrain, when set, is called once the send queue has emptied after a
 	// Send returned Queued. It runs on the goroutine that emptied the queue,
 	// never at the same time as the connection's other callbacks and hooks
-	// (if one is running, right after it).
+	// (if one is running, right after it). Its sends are corked and leave
+	// when it returns; a Close in it sends and returns at once, as from any
+	// callback (see Conn.Close).
 	OnDrain func(c *Conn)
 
 	// ValidateUTF8OnSend makes every send of a Text message check that it
