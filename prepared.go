@@ -2,6 +2,7 @@ package rally
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -100,6 +101,8 @@ func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 // SendPrepared is Send for a prepared message. Unlike Send, nothing is
 // copied on a server connection when the kernel does not take the frame
 // at once: the queue refers to the prepared frame (see PreparedMessage).
+// A message NewPreparedMessage did not make is refused at the call with
+// ErrInvalidPreparedMessage (Dropped); nothing is queued.
 func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
 	if err := c.checkPrepared(pm); err != nil {
 		return Dropped, err
@@ -110,7 +113,8 @@ func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
 	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil, CompressAuto)
 }
 
-// WritePrepared is Write for a prepared message.
+// WritePrepared is Write for a prepared message; one NewPreparedMessage
+// did not make is refused with ErrInvalidPreparedMessage.
 func (c *Conn) WritePrepared(ctx context.Context, pm *PreparedMessage) error {
 	if err := c.checkPrepared(pm); err != nil {
 		return err
@@ -121,9 +125,18 @@ func (c *Conn) WritePrepared(ctx context.Context, pm *PreparedMessage) error {
 	return c.Write(ctx, pm.typ, pm.payload)
 }
 
-// checkPrepared is checkMessage for a prepared message: its text is
-// checked once, the first time a connection that validates on send asks.
+// ErrInvalidPreparedMessage is returned by the sends of a prepared message
+// (SendPrepared, WritePrepared) given one that NewPreparedMessage did not
+// make: nil, or the zero PreparedMessage, which has no frame to send.
+var ErrInvalidPreparedMessage = errors.New("rally: prepared message not made by NewPreparedMessage")
+
+// checkPrepared is checkMessage for a prepared message: one that
+// NewPreparedMessage made, whose text is checked once, the first time a
+// connection that validates on send asks.
 func (c *Conn) checkPrepared(pm *PreparedMessage) error {
+	if pm == nil || pm.frame == nil {
+		return ErrInvalidPreparedMessage
+	}
 	if pm.typ != Text || !c.opts.ValidateUTF8OnSend {
 		return nil
 	}
