@@ -537,6 +537,8 @@ func TestServerFailsCompressionViolationsWithTheirCloseCodes(t *testing.T) {
 		{"RSV1WithoutNegotiation", nil, []rawpeer.Frame{compressedFrame(rawpeer.OpText, body)}, 1002, "rsv"},
 		{"RSV2WithCompression", &rally.CompressionOptions{}, []rawpeer.Frame{{Fin: true, Rsv: rawpeer.Rsv2, Opcode: rawpeer.OpText, Payload: []byte("a")}}, 1002, "rsv"},
 		{"CorruptDeflateData", &rally.CompressionOptions{}, []rawpeer.Frame{compressedFrame(rawpeer.OpBinary, []byte{0x07, 0x00, 0x01})}, 1007, ""},
+		// A code the one-symbol code length code lacks, in the message's last bits.
+		{"CorruptDeflateDataInTheLastBits", &rally.CompressionOptions{}, []rawpeer.Frame{compressedFrame(rawpeer.OpBinary, []byte{0x24, 0x41, 0x80})}, 1007, ""},
 		{"CompressedTextInflatingToInvalidUTF8", &rally.CompressionOptions{}, []rawpeer.Frame{compressedFrame(rawpeer.OpText, utf8Bad)}, 1007, "utf-8"},
 		{"FragmentedCompressedTextInflatingToInvalidUTF8", &rally.CompressionOptions{}, []rawpeer.Frame{
 			{Rsv: rawpeer.Rsv1, Opcode: rawpeer.OpText, Payload: utf8Bad[:3]},
@@ -569,6 +571,7 @@ func TestClientFailsCompressionViolationsWithTheirCloseCodes(t *testing.T) {
 	}{
 		{"RSV1OnAPing", rawpeer.Frame{Fin: true, Rsv: rawpeer.Rsv1, Opcode: rawpeer.OpPing}, 1002},
 		{"CorruptDeflateData", compressedFrame(rawpeer.OpBinary, []byte{0x07, 0x00}), 1007},
+		{"CorruptDeflateDataInTheLastBits", compressedFrame(rawpeer.OpBinary, []byte{0x24, 0x41, 0x80}), 1007},
 		{"InvalidUTF8", compressedFrame(rawpeer.OpText, deflateOnce([]byte{0xff, 0xfe})), 1007},
 	}
 	for _, tc := range cases {

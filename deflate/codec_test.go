@@ -275,6 +275,11 @@ func TestInflateFailsCorruptDataWith1007AndSaysWhatIsWrong(t *testing.T) {
 		{"data after a final block does not count, but a bad final block does", "07", "reserved block type 3"},
 		{"an over-subscribed code length code", "05 e0 93 24 49 92 24 49 92 00", "code length code: incomplete or over-subscribed Huffman code"},
 		{"a fixed block's distance symbol 30", "4b 04 3e", "invalid distance symbol 30"},
+		// A one-symbol code length code, and the code it lacks in the
+		// message's last bits (the tail's): compress/flate and
+		// klauspost/compress say corrupt too.
+		{"a code missing from a one-symbol code in the last bits", "24 41 80", "invalid code length code"},
+		{"another one in the last bits", "bc 5c 10", "invalid code length code"},
 	}
 	for _, tt := range tests {
 		for _, takeover := range []bool{false, true} {

@@ -33,6 +33,7 @@ type huffTable struct {
 	fast   [1 << fastBits]uint16
 	count  [16]uint16  // codes of each length
 	symbol [288]uint16 // symbols ordered by code length, then value
+	maxLen uint        // the longest code's length (0: no code)
 }
 
 var errIncomplete = errors.New("incomplete or over-subscribed Huffman code")
@@ -47,6 +48,13 @@ func (h *huffTable) build(lengths []uint8) error {
 		h.count[l]++
 	}
 	h.count[0] = 0
+	h.maxLen = 0
+	for l := 15; l > 0; l-- {
+		if h.count[l] != 0 {
+			h.maxLen = uint(l)
+			break
+		}
+	}
 	left := 1
 	for l := 1; l < 16; l++ {
 		left = left<<1 - int(h.count[l])
@@ -97,7 +105,10 @@ func (h *huffTable) build(lengths []uint8) error {
 
 // decode reads a symbol from the nb bits of b (first bit lowest). It
 // returns the symbol and the bits it took, 0 bits when b holds too few
-// to tell, or -1 for a code that does not exist.
+// to tell, or -1 for a code that does not exist. A code that no longer
+// code continues (the one incomplete code build allows) is refused as soon
+// as its bits are there, not when 15 bits are: the last bits of a message
+// are as checked as the others.
 func (h *huffTable) decode(b uint64, nb uint) (sym int, n uint) {
 	if e := h.fast[b&(1<<fastBits-1)]; e != 0 {
 		if n = uint(e & 15); n > nb {
@@ -116,6 +127,9 @@ func (h *huffTable) decode(b uint64, nb uint) (sym int, n uint) {
 		count := int(h.count[l])
 		if code-first < count {
 			return int(h.symbol[index+code-first]), l
+		}
+		if l >= h.maxLen {
+			return -1, 0
 		}
 		index += count
 		first = (first + count) << 1
