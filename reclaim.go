@@ -22,6 +22,10 @@ import (
 // after the wave began). Ordinary churn (connections opening as others
 // end) never triggers it, and a steady growth does only each time the
 // count doubles.
+//
+// It is off unless the program asks for it (ReturnMemoryAfterWaves):
+// debug.FreeOSMemory is a forced collection, process-wide, and a library
+// must not stall a program's other goroutines on its own.
 
 const (
 	reclaimMin   = 1000
@@ -30,11 +34,33 @@ const (
 )
 
 var reclaim struct {
+	on        atomic.Bool  // ReturnMemoryAfterWaves(true)
 	live      atomic.Int64 // connections opened and not ended
 	base      atomic.Int64 // live at the last reclaim
 	peak      atomic.Int64 // the most live since the last reclaim
 	pending   atomic.Bool
 	lastEvent atomic.Int64 // when a connection of the wave last opened or ended (unix ns)
+}
+
+// ReturnMemoryAfterWaves turns on (or off again) the return of memory to
+// the system after a wave of connections: once at least 1,000 connections
+// have opened (their number doubled) or ended (halved from its peak) and
+// none has opened or ended for a second (at most 10 s after the wave
+// began), rally calls debug.FreeOSMemory once, so that the memory of the
+// handshakes or of the connections gone leaves the process's RSS. That is
+// a forced garbage collection of the whole process, whose marking stalls
+// busy goroutines (tens of milliseconds with a heap of 1 GiB), so it is
+// off by default: a server whose memory is mostly its connections may
+// want it (rally serve turns it on); a client, or a program with a large
+// heap of its own, should not. Connections of every Server, Accept and
+// Dial count. Safe for concurrent use.
+func ReturnMemoryAfterWaves(on bool) {
+	if on {
+		n := reclaim.live.Load()
+		reclaim.base.Store(n)
+		reclaim.peak.Store(n)
+	}
+	reclaim.on.Store(on)
 }
 
 // testHookReclaimed, when a test sets it, is called after each reclaim.
@@ -67,6 +93,9 @@ func reclaimClosed() {
 // reclaimWave notes an event of a wave, and schedules the reclaim if none
 // is.
 func reclaimWave() {
+	if !reclaim.on.Load() {
+		return
+	}
 	now := time.Now()
 	reclaim.lastEvent.Store(now.UnixNano())
 	if reclaim.pending.CompareAndSwap(false, true) {
@@ -83,7 +112,9 @@ func reclaimAfter(d time.Duration, start time.Time) {
 			reclaimAfter(reclaimDelay-quiet, start)
 			return
 		}
-		debug.FreeOSMemory()
+		if reclaim.on.Load() {
+			debug.FreeOSMemory()
+		}
 		n := reclaim.live.Load()
 		reclaim.base.Store(n)
 		reclaim.peak.Store(n)

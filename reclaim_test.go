@@ -2,6 +2,7 @@ package rally
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"syscall"
 	"testing"
 	"time"
@@ -22,8 +23,8 @@ func TestConnectStormsAndMassDisconnectsGiveTheMemoryBackOncePerWave(t *testing.
 	testHookReclaimed.Store(&hook)
 	defer testHookReclaimed.Store(nil)
 	// What earlier tests held does not count.
-	reclaim.base.Store(reclaim.live.Load())
-	reclaim.peak.Store(reclaim.live.Load())
+	ReturnMemoryAfterWaves(true)
+	defer ReturnMemoryAfterWaves(false)
 
 	open := func(n int) ([]*Conn, []int) {
 		conns, peers := make([]*Conn, 0, n), make([]int, 0, n)
@@ -77,5 +78,38 @@ func TestConnectStormsAndMassDisconnectsGiveTheMemoryBackOncePerWave(t *testing.
 	case <-reclaimed:
 		t.Fatal("a third reclaim: the churn, or each burst of a wave, triggered one")
 	default:
+	}
+}
+
+// Unless the program asks for it, rally never forces a collection: 5,000
+// connections opened and ended in waves of 1,000 (each wave one that
+// ReturnMemoryAfterWaves would answer) leave the runtime's count of forced
+// collections as it was, and no return of memory is even scheduled.
+// rally used to call debug.FreeOSMemory after each wave in any process.
+func TestConnectionWavesForceNoCollectionUnlessAskedFor(t *testing.T) {
+	forced := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	read := func() uint64 {
+		metrics.Read(forced)
+		return forced[0].Value.Uint64()
+	}
+	before := read()
+	for range 5 {
+		conns := make([]*Conn, 0, reclaimMin)
+		peers := make([]int, 0, reclaimMin)
+		for range reclaimMin {
+			nc, peer := socketPairFD(t)
+			conns = append(conns, newConn(nc, nil, true, "", nil))
+			peers = append(peers, peer)
+		}
+		for i, c := range conns {
+			c.CloseNow()
+			syscall.Close(peers[i])
+		}
+	}
+	if reclaim.pending.Load() {
+		t.Fatal("a return of memory to the system was scheduled without ReturnMemoryAfterWaves")
+	}
+	if after := read(); after != before {
+		t.Fatalf("%d forced collections during the waves, want 0", after-before)
 	}
 }

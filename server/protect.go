@@ -188,7 +188,13 @@ const massRelease = 64 << 20
 // that RSS goes back down after the load (not while clients still hold
 // much: an attack that sheds connections goes on). Neither runs
 // on a connection's path.
+//
+// It also asks rally to give memory back after a wave of connections (a
+// connect storm's handshake garbage, a mass disconnect), which the rally
+// library does only when a program asks (rally.ReturnMemoryAfterWaves): a
+// server whose memory is its connections wants it.
 func (s *Server) watchMemory(ctx context.Context) {
+	rally.ReturnMemoryAfterWaves(true)
 	samples := []rtmetrics.Sample{
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
