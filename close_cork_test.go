@@ -185,3 +185,46 @@ func TestCloseFromOnDrainSendsAndReturnsAtOnceInEveryMode(t *testing.T) {
 		})
 	}
 }
+
+// One meaning per call, whoever drives the connection: on a connection a
+// Server serves, Read returns an error at once (the Server reads it),
+// Close from a callback sends and returns nil, and the peer sees the close
+// frame after what the callback sent before it; the same test on
+// goroutines and on an event loop. Read on a Server's goroutine-mode
+// connection used to wait for its context instead.
+func TestServedConnectionsCallsMeanTheSameInBothModes(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("EventLoop=%v", loop), func(t *testing.T) {
+			closed := make(chan error, 1)
+			opened := make(chan *rally.Conn, 1)
+			s := &rally.Server{EventLoop: loop,
+				Open: func(c *rally.Conn) { opened <- c },
+				Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+					c.Send(typ, p)
+					closed <- c.Close(1000, "bye")
+				}}
+			p := dialPeer(t, serve(t, s))
+			var c *rally.Conn
+			select {
+			case c = <-opened:
+			case <-time.After(wireTimeout):
+				t.Fatal("Server.Open was not called")
+			}
+			if _, _, err := c.Read(ctxT(t)); err == nil || errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Read on a served connection = %v, want an error at once", err)
+			}
+			seen := answerClose(p, true)
+			if err := p.WriteFrame(rawpeer.Text("hi")); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-closed; err != nil {
+				t.Errorf("Close from Message = %v, want nil", err)
+			}
+			got := <-seen
+			want := []string{`opcode 0x1 "hi"`, `close 1000 "bye"`}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("the peer saw %q, want %q", got, want)
+			}
+		})
+	}
+}

@@ -26,6 +26,8 @@ const readBufferSize = 32 << 10
 // If ctx ends first, Read returns ctx.Err() and the connection stays usable:
 // a message that was arriving is kept, and the next Read goes on with it.
 // Read is not for concurrent use: a second reader waits for the first.
+// On a connection a Server serves (goroutine or event-loop mode) Read and
+// the other read methods return an error at once: the Server reads it.
 func (c *Conn) Read(ctx context.Context) (MessageType, []byte, error) {
 	return c.readMessage(ctx, nil, true)
 }
@@ -208,10 +210,17 @@ func (c *Conn) skipReader(ctx context.Context) error {
 	return nil
 }
 
-// lockRead takes the read side for the calling goroutine.
+// errServedRead is a read method called on a connection a Server reads.
+var errServedRead = errors.New("rally: read: this connection is read by its Server: its messages reach Server.Message")
+
+// lockRead takes the read side for the calling goroutine. A connection a
+// Server reads refuses at once, in both modes.
 func (c *Conn) lockRead(ctx context.Context) error {
 	if c.rd.loop {
 		return errLoopRead
+	}
+	if c.rd.served {
+		return errServedRead
 	}
 	select {
 	case c.rd.sem <- struct{}{}:
