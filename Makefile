@@ -6,7 +6,10 @@
 #   make test    everything: installs the peers the tests need (npm packages,
 #                Debian's chromium, python3-websockets and the proxies:
 #                tinyproxy, stunnel4, dante-server, microsocks), then runs
-#                every test with -race. This is what CI runs.
+#                every test with -race, then test-qemu. This is what CI runs.
+#   make test-qemu  the cork and loop tests without assembly goroutine identity
+#                (-tags rally_nogid), and the contract, model and event-loop
+#                tests on arm64 and arm under qemu-user (scripts/test-qemu.sh)
 #   make bench   the side-by-side benchmarks against other libraries
 #   make hostile the hostile scenarios of `rally bench` against `rally serve
 #                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
@@ -20,7 +23,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test setup bench fmt hostile fuzz hold100k
+.PHONY: check test test-qemu setup bench fmt hostile fuzz hold100k
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -39,6 +42,14 @@ test: setup
 	RALLY_TEST_EVENT_LOOP=1 $(GO) test -race -short -count=1 . # every root Server test again, on event loops
 	$(GO) test -tags purego -count=1 ./frame/
 	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
+	$(MAKE) test-qemu
+
+# Goroutine identity without assembly (-tags rally_nogid), then the contract,
+# model and event-loop tests on arm64 and 32-bit arm under qemu-user
+# (scripts/test-qemu.sh).
+test-qemu:
+	$(GO) test -race -count=1 -tags rally_nogid -run 'CurrentG|Cork|EventLoopTurn|EventLoopWrite' .
+	bash scripts/test-qemu.sh
 
 # The side-by-side comparison (about 7 minutes here); rewrites the peers
 # section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.

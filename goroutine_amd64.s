@@ -1,3 +1,5 @@
+//go:build !rally_nogid
+
 #include "textflag.h"
 
 // func currentG() uintptr

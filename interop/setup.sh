@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh installs the real peers the interop tests talk to, on a Debian
 # machine: npm ws and undici (npm ci in interop/node), Chromium, Python's
-# websockets and the proxy servers the client is tested through (apt). It
-# is idempotent and returns at once when everything is already there: npm
+# websockets, the proxy servers the client is tested through and qemu-user
+# (apt). It is idempotent and returns at once when everything is already there: npm
 # ci runs only when node_modules is missing or was installed from another
 # lock file, apt only when a package is missing.
 set -euo pipefail
@@ -38,6 +38,8 @@ installed tinyproxy-bin || missing+=(tinyproxy-bin)
 installed stunnel4 || missing+=(stunnel4)
 installed dante-server || missing+=(dante-server)
 installed microsocks || missing+=(microsocks)
+# qemu-user runs the tests built for arm64 and arm (scripts/test-qemu.sh).
+installed qemu-user || missing+=(qemu-user)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "interop/setup.sh: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
