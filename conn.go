@@ -91,6 +91,7 @@ type writeMore struct {
 	slot    chan struct{}  // held by a streaming Writer
 	writer  *messageWriter // made by the first Writer
 	streamZ bool           // the streamed message is compressed
+	filed   int64          // what the memory budget files the queue under (chargeQueueLocked)
 }
 
 // moreLocked returns the write side's cold state, made the first time.
@@ -154,6 +155,9 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	c.rd.sem = make(chan struct{}, 1)
 	c.rd.in = buffered
 	c.opts = sharedOptions(o)
+	if b := c.opts.MemoryBudget; b != nil {
+		c.wr.q.budget = b.id
+	}
 	reclaimOpened()
 	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: int32(min(c.opts.MaxFragments, math.MaxInt32))}
 	switch {

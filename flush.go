@@ -48,9 +48,9 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		// The transport took part of it, or nothing: keep the rest.
 		var seq uint64
 		if n < len(f.hdr) {
-			seq = q.pushTaken(n, f.hdr[n:], f.payload, f.shared, false, f.keep, f.done)
+			seq = q.pushTakenShare(n, f.hdr[n:], f.payload, f.shared, f.share, false, f.keep, f.done)
 		} else {
-			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], f.shared, false, f.keep, f.done)
+			seq = q.pushTakenShare(n, nil, f.payload[n-len(f.hdr):], f.shared, f.share, false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
 		q.ahead = c.t.aheadOfKernel()
@@ -62,7 +62,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	// The completion joins the record only once the write attempt did not
 	// fail: a failure here is reported by the caller, once.
-	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, nil)
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, f.share, nil)
 	if direct && !c.wr.flushing {
 		c.kickLocked(inline)
 		if c.wr.err != nil {
@@ -372,22 +372,32 @@ func (c *Conn) checkStall() {
 }
 
 // chargeQueueLocked brings the send queue's charge on the memory budget in
-// line with the memory it holds (its buffers' capacity, not only the bytes
-// in them), and files the connection under its queue's size so that the
-// largest queues are shed first.
+// line with the memory it holds on its own (its buffers' capacity, not
+// only the bytes in them; shared frames are charged once, by reference:
+// see frameShare), and files the connection under what its queue keeps
+// in memory, shared frames included, so that the largest queues are shed
+// first: a slow peer's queue that alone refers to old shared frames keeps
+// them alive.
 func (c *Conn) chargeQueueLocked(b *MemoryBudget) {
-	now := c.wr.q.footprint()
-	old := c.wr.charged.Load()
-	if now == old {
-		return
+	q := &c.wr.q
+	now := q.footprint()
+	if old := c.wr.charged.Load(); now != old {
+		if now > old {
+			b.forceCharge(MemorySendQueues, now-old)
+		} else {
+			b.release(MemorySendQueues, old-now)
+		}
+		c.wr.charged.Store(now)
 	}
-	if now > old {
-		b.forceCharge(MemorySendQueues, now-old)
-	} else {
-		b.release(MemorySendQueues, old-now)
+	kept := now + int64(q.shared)
+	var filed int64
+	if c.wr.more != nil {
+		filed = c.wr.more.filed
 	}
-	c.wr.charged.Store(now)
-	b.track(c, old, now)
+	if kept != filed {
+		c.wr.moreLocked().filed = kept
+		b.track(c, filed, kept)
+	}
 }
 
 // queuedBytes is what the connection's send queue holds, as charged to

@@ -102,8 +102,10 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		}
 		return Dropped, nil
 	}
-	if b := c.opts.MemoryBudget; b != nil && backlog {
-		// It would wait in the queue: there must be room for it.
+	if b := c.opts.MemoryBudget; b != nil && backlog && (prepared == nil || size < refMin || !shareOf(prepared).held()) {
+		// It would wait in the queue: there must be room for it, unless
+		// it is a shared frame some queue already refers to, which is
+		// charged once and so costs nothing more (see frameShare).
 		if !b.charge(MemorySendQueues, int64(size)) {
 			code := c.limitExceededLocked()
 			c.unlockWrite()
@@ -116,7 +118,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	}
 	var f outFrame
 	if prepared != nil {
-		f = outFrame{payload: prepared, shared: true, done: done}
+		f = outFrame{payload: prepared, shared: true, share: shareOf(prepared), done: done}
 	} else {
 		f = c.frameLocked(op, true, p, mode, false)
 		f.done = done
