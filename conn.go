@@ -23,8 +23,12 @@ type Conn struct {
 	nc     net.Conn
 	t      transport
 	server bool
-	opts   *ConnOptions // shared, never written (see sharedOptions)
-	z      *compression // permessage-deflate, when negotiated
+	// waiting is what waits for a peer that takes nothing, as sends see it
+	// without the write lock (see noteWaitingLocked); it sits in the
+	// padding after server.
+	waiting atomic.Int32
+	opts    *ConnOptions // shared, never written (see sharedOptions)
+	z       *compression // permessage-deflate, when negotiated
 
 	rd readSide  // owned by whoever holds rd.sem
 	wr writeSide // guarded by wr.mu

@@ -3,6 +3,7 @@ package rally
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/rallyws/rally/frame"
@@ -266,7 +267,28 @@ func (c *Conn) advanceLocked(n int) {
 	c.wr.q.advance(n)
 	c.wr.q.ahead = c.t.aheadOfKernel()
 	c.wr.taken += uint64(n)
+	c.noteWaitingLocked()
 	c.wakeLocked()
+}
+
+// noteWaitingLocked publishes what waits in the queue while the peer
+// takes nothing (the kernel refused bytes, a message is streamed, or the
+// transport cannot try a write), when the buffer-limit policy drops what
+// does not fit; 0 otherwise. A send reads it without the write lock and
+// drops a frame that would not fit at once: a receiver that does not read
+// costs its publishers one load, no lock and no write attempt, however
+// many publish to it (see sendFrame and JoinCork). The value may be stale
+// by a frame the transport took meanwhile, as the same check under the
+// lock may be by the next write.
+func (c *Conn) noteWaitingLocked() {
+	q := &c.wr.q
+	w := 0
+	if c.wr.err == nil && !q.closed && c.opts.BufferLimitAction != CloseConnection && (q.blocked || q.streaming || !c.t.canTry()) {
+		w = min(q.size(), math.MaxInt32)
+	}
+	if int32(w) != c.waiting.Load() {
+		c.waiting.Store(int32(w))
+	}
 }
 
 func (c *Conn) wakeLocked() {
@@ -310,6 +332,7 @@ func (c *Conn) unlockWrite() {
 	if b := c.opts.MemoryBudget; b != nil {
 		c.chargeQueueLocked(b)
 	}
+	c.noteWaitingLocked()
 	drain := c.wr.drainArmed && q.empty() && c.wr.err == nil && !c.wr.flushing
 	if drain {
 		c.wr.drainArmed = false

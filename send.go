@@ -78,16 +78,21 @@ func (c *Conn) SendCompress(typ MessageType, p []byte, mode Compress) (SendStatu
 // sendFrame is the non-blocking send of one data frame: payload p, or, for
 // a server connection, a frame prebuilt by a PreparedMessage.
 func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(error), mode Compress) (SendStatus, error) {
+	size := len(prepared)
+	if prepared == nil {
+		size = frameSize(len(p), !c.server)
+	}
+	if w := c.waiting.Load(); w > 0 && c.overLimit(int(w)+size) {
+		// The peer takes nothing and the frame does not fit: dropped
+		// without taking the lock (see noteWaitingLocked).
+		return Dropped, nil
+	}
 	g := currentG()
 	c.wr.mu.Lock()
 	q := &c.wr.q
 	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		return Dropped, err
-	}
-	size := len(prepared)
-	if prepared == nil {
-		size = frameSize(len(p), !c.server)
 	}
 	// The limit is on bytes waiting for the peer (backpressure) or for a
 	// streamed message to end; bytes merely gathered by a cork do not
