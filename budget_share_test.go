@@ -139,6 +139,10 @@ func (m *shareModel) check(t *rapid.T) {
 				own += int64(cap(*ch))
 			}
 		}
+		if len(c.seqs) > 0 {
+			// Frames wait: their records are charged too.
+			own += int64(cap(c.q.recs) * recordSize)
+		}
 		for i, b := range m.budgets {
 			if b == c.budget {
 				want[i] += own

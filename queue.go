@@ -2,6 +2,7 @@ package rally
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/rallyws/rally/frame"
 	"github.com/rallyws/rally/internal/bufpool"
@@ -181,6 +182,13 @@ func (q *sendQueue) referShared(r *record, ref []byte, s *frameShare) {
 	}
 }
 
+// recordSize is the memory a record takes in the queue's array.
+const recordSize = int(unsafe.Sizeof(record{}))
+
+// keepRecords is the most records whose array an empty queue keeps for
+// the next frames: a larger one (a slow peer's backlog) is given back.
+const keepRecords = 64
+
 // present is how many of the record's bytes the queue still has.
 func (r *record) present() int { return r.oend - r.ostart + len(r.ref) }
 
@@ -209,12 +217,16 @@ func (q *sendQueue) size() int {
 }
 
 // footprint is the memory the queue holds on its own account: its
-// buffers' capacity and the bytes it refers to but shared frames charged
-// once (invariant 9).
+// buffers' capacity, its records' while it holds some (88 bytes a frame:
+// a slow peer's queue of small shared frames is mostly records), and the
+// bytes it refers to but shared frames charged once (invariant 9).
 func (q *sendQueue) footprint() int64 {
 	n := q.refs - q.shared
 	if q.buf != nil {
 		n += cap(*q.buf)
+	}
+	if q.first < len(q.recs) {
+		n += cap(q.recs) * recordSize
 	}
 	_, held := q.heldBytes()
 	n += held
@@ -590,8 +602,12 @@ func (q *sendQueue) releaseIfEmpty() {
 	q.buf = nil
 	q.head = 0
 	q.ahead = 0
-	clear(q.recs)
-	q.recs = q.recs[:0]
+	if cap(q.recs) > keepRecords {
+		q.recs = nil
+	} else {
+		clear(q.recs)
+		q.recs = q.recs[:0]
+	}
 	q.first = 0
 	q.start = 0
 	q.refs = 0

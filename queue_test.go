@@ -465,6 +465,9 @@ func (m *qmodel) check(t *rapid.T) {
 	}
 	_, heldCap := q.heldBytes()
 	owned += heldCap
+	if q.first < len(q.recs) {
+		owned += cap(q.recs) * recordSize
+	}
 	if q.footprint() != int64(owned+refs) {
 		t.Fatalf("footprint %d, want %d owned + %d referred to", q.footprint(), owned, refs)
 	}
