@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+	"weak"
 )
 
 // MemoryCategory is one kind of memory a client can make a server hold.
@@ -28,7 +30,7 @@ const (
 	// is a cost per connection, not charged.
 	MemoryInflate
 	// MemorySendQueues is what waits in connections' send queues, capacity
-	// included.
+	// included, a frame shared by many queues (a PreparedMessage's) once.
 	MemorySendQueues
 
 	numMemoryCategories
@@ -128,6 +130,12 @@ func (p Pressure) String() string {
 //   - Relieve sheds the same way from PressureElevated, which observed
 //     memory (Observe) reaches first.
 //
+// A PreparedMessage's frame that many queues refer to is charged once,
+// by what the process holds: to the budget of the first connection whose
+// queue takes a reference to it, until the last queue lets go of it (it
+// was written, withdrawn, or its connection ended). Each connection still
+// counts it in full in BufferedAmount and its BufferLimit.
+//
 // One budget may be shared by several servers of a process, so that their
 // sum is bounded. Charging and releasing are lock-free; every method is
 // safe for concurrent use. The zero value is not usable: use
@@ -146,6 +154,8 @@ type MemoryBudget struct {
 	queues   sizeRegistry[queueOwner]
 	messages sizeRegistry[messageOwner]
 	heads    headQueue
+
+	id uint32 // names the budget in a shared frame's charge (see frameShare)
 }
 
 // MemoryBudgetOptions tune how a MemoryBudget shares its limit and how
@@ -219,6 +229,7 @@ func NewMemoryBudgetWith(limit int64, opts *MemoryBudgetOptions) *MemoryBudget {
 		o.MaxPendingHandshakes = DefaultMaxPendingHandshakes
 	}
 	b.limit.Store(limit)
+	budgets.register(b)
 	return b
 }
 
@@ -658,4 +669,105 @@ func (c *Conn) gatherCategory() MemoryCategory {
 		return MemoryInflate
 	}
 	return MemoryAssembly
+}
+
+// A shared frame (a PreparedMessage's, sent to many connections) is
+// charged once to the memory budget, however many send queues refer to
+// it: the process holds it once. Its allocation starts with a frameShare,
+// the frame's bytes after it (see newSharedFrame). The first queue of a
+// connection with a budget that refers to the frame charges its whole
+// allocation to that budget; the last queue that lets go gives the charge
+// back to the same budget. A queue of a connection without a budget
+// neither counts nor charges it.
+type frameShare struct {
+	// state is the count of queues that refer to the frame (low 32 bits)
+	// and, while it is not 0, the id of the budget charged (high 32 bits):
+	// one word, so that the queue that lets go last gives back to the
+	// budget the first one charged.
+	state atomic.Uint64
+	size  int64 // the allocation's bytes, header included: what is charged
+}
+
+// frameShareWords is frameShare's size in 8-byte words.
+const frameShareWords = int(unsafe.Sizeof(frameShare{}) / 8)
+
+// newSharedFrame returns a frame of n bytes, preceded in its allocation
+// by its frameShare (see shareOf). One allocation, of words so that the
+// header's counter is aligned for atomic access on every platform.
+func newSharedFrame(n int) []byte {
+	words := make([]uint64, frameShareWords+(n+7)/8)
+	s := (*frameShare)(unsafe.Pointer(&words[0]))
+	s.size = int64(len(words) * 8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[frameShareWords])), n)
+}
+
+// shareOf returns the frameShare of a frame made by newSharedFrame (it
+// must start at the frame's first byte): the words just before it, in
+// the same allocation.
+func shareOf(frame []byte) *frameShare {
+	return (*frameShare)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(frame)), -frameShareWords*8))
+}
+
+// held reports whether some queue refers to the frame now, which means
+// it is charged: one more reference costs nothing.
+func (s *frameShare) held() bool { return uint32(s.state.Load()) != 0 }
+
+// takeShare records one more queue that refers to the frame, of a
+// connection charged to the budget of id, and charges the frame to that
+// budget if it is the first.
+func takeShare(s *frameShare, id uint32) {
+	for {
+		old := s.state.Load()
+		next := old + 1
+		if uint32(old) == 0 {
+			next = uint64(id)<<32 | 1
+		}
+		if s.state.CompareAndSwap(old, next) {
+			if uint32(old) == 0 {
+				budgets.lookup(id).forceCharge(MemorySendQueues, s.size)
+			}
+			return
+		}
+	}
+}
+
+// dropShare records that a queue that took the frame with takeShare lets
+// go of it, and gives the charge back if it was the last.
+func dropShare(s *frameShare) {
+	now := s.state.Add(^uint64(0)) // refs >= 1: no borrow from the id
+	if uint32(now) == 0 {
+		budgets.lookup(uint32(now>>32)).release(MemorySendQueues, s.size)
+	}
+}
+
+// budgets names every MemoryBudget by a small id, so that a shared frame's
+// header, which holds no pointer, can tell which budget it is charged to.
+// It keeps weak pointers: a budget no longer used is collected as before.
+var budgets budgetRegistry
+
+type budgetRegistry struct {
+	mu  sync.Mutex
+	all atomic.Pointer[[]weak.Pointer[MemoryBudget]] // id-1 indexes it; appended under mu
+}
+
+func (r *budgetRegistry) register(b *MemoryBudget) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var all []weak.Pointer[MemoryBudget]
+	if p := r.all.Load(); p != nil {
+		all = *p
+	}
+	all = append(all, weak.Make(b))
+	r.all.Store(&all)
+	b.id = uint32(len(all))
+}
+
+// lookup returns the budget of id, or nil if it is gone (nil releases
+// nothing).
+func (r *budgetRegistry) lookup(id uint32) *MemoryBudget {
+	p := r.all.Load()
+	if p == nil || id == 0 || int(id) > len(*p) {
+		return nil
+	}
+	return (*p)[id-1].Value()
 }

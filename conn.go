@@ -23,8 +23,12 @@ type Conn struct {
 	nc     net.Conn
 	t      transport
 	server bool
-	opts   *ConnOptions // shared, never written (see sharedOptions)
-	z      *compression // permessage-deflate, when negotiated
+	// waiting is what waits for a peer that takes nothing, as sends see it
+	// without the write lock (see noteWaitingLocked); it sits in the
+	// padding after server.
+	waiting atomic.Int32
+	opts    *ConnOptions // shared, never written (see sharedOptions)
+	z       *compression // permessage-deflate, when negotiated
 
 	rd readSide  // owned by whoever holds rd.sem
 	wr writeSide // guarded by wr.mu
@@ -91,6 +95,7 @@ type writeMore struct {
 	slot    chan struct{}  // held by a streaming Writer
 	writer  *messageWriter // made by the first Writer
 	streamZ bool           // the streamed message is compressed
+	filed   int64          // what the memory budget files the queue under (chargeQueueLocked)
 }
 
 // moreLocked returns the write side's cold state, made the first time.
@@ -154,6 +159,9 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	c.rd.sem = make(chan struct{}, 1)
 	c.rd.in = buffered
 	c.opts = sharedOptions(o)
+	if b := c.opts.MemoryBudget; b != nil {
+		c.wr.q.budget = b.id
+	}
 	reclaimOpened()
 	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: int32(min(c.opts.MaxFragments, math.MaxInt32))}
 	switch {

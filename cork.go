@@ -227,9 +227,11 @@ func (c *Conn) uncorkedLocked() {
 // origin's callbacks send to many connections (a pub/sub publish) then
 // reaches each of them in one write instead of one write per message. Only
 // the calling goroutine's sends to c are gathered; c stays writable: a
-// blocking Write on c flushes first.
+// blocking Write on c flushes first. A connection whose queue waits for
+// its peer (the kernel refused bytes) is not joined: its sends wait in its
+// queue anyway, with no write attempt.
 func (c *Conn) JoinCork(origin *Conn) bool {
-	if origin == nil || origin == c {
+	if origin == nil || origin == c || c.waiting.Load() > 0 {
 		return false
 	}
 	g := currentG()
@@ -240,7 +242,9 @@ func (c *Conn) JoinCork(origin *Conn) bool {
 		return false
 	}
 	c.wr.mu.Lock()
-	if c.wr.err != nil {
+	if c.wr.err != nil || c.wr.q.blocked {
+		// A queue the peer is not taking bytes from gathers anyway: the
+		// sends join it without a write (and without the batch's work).
 		c.unlockWrite()
 		return false
 	}

@@ -3,6 +3,7 @@ package rally
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/rallyws/rally/frame"
@@ -48,9 +49,9 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		// The transport took part of it, or nothing: keep the rest.
 		var seq uint64
 		if n < len(f.hdr) {
-			seq = q.pushTaken(n, f.hdr[n:], f.payload, f.shared, false, f.keep, f.done)
+			seq = q.pushTakenShare(n, f.hdr[n:], f.payload, f.shared, f.share, false, f.keep, f.done)
 		} else {
-			seq = q.pushTaken(n, nil, f.payload[n-len(f.hdr):], f.shared, false, f.keep, f.done)
+			seq = q.pushTakenShare(n, nil, f.payload[n-len(f.hdr):], f.shared, f.share, false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
 		q.ahead = c.t.aheadOfKernel()
@@ -62,7 +63,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	// The completion joins the record only once the write attempt did not
 	// fail: a failure here is reported by the caller, once.
-	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, nil)
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, f.share, nil)
 	if direct && !c.wr.flushing {
 		c.kickLocked(inline)
 		if c.wr.err != nil {
@@ -266,7 +267,28 @@ func (c *Conn) advanceLocked(n int) {
 	c.wr.q.advance(n)
 	c.wr.q.ahead = c.t.aheadOfKernel()
 	c.wr.taken += uint64(n)
+	c.noteWaitingLocked()
 	c.wakeLocked()
+}
+
+// noteWaitingLocked publishes what waits in the queue while the peer
+// takes nothing (the kernel refused bytes, a message is streamed, or the
+// transport cannot try a write), when the buffer-limit policy drops what
+// does not fit; 0 otherwise. A send reads it without the write lock and
+// drops a frame that would not fit at once: a receiver that does not read
+// costs its publishers one load, no lock and no write attempt, however
+// many publish to it (see sendFrame and JoinCork). The value may be stale
+// by a frame the transport took meanwhile, as the same check under the
+// lock may be by the next write.
+func (c *Conn) noteWaitingLocked() {
+	q := &c.wr.q
+	w := 0
+	if c.wr.err == nil && !q.closed && c.opts.BufferLimitAction != CloseConnection && (q.blocked || q.streaming || !c.t.canTry()) {
+		w = min(q.size(), math.MaxInt32)
+	}
+	if int32(w) != c.waiting.Load() {
+		c.waiting.Store(int32(w))
+	}
 }
 
 func (c *Conn) wakeLocked() {
@@ -310,6 +332,7 @@ func (c *Conn) unlockWrite() {
 	if b := c.opts.MemoryBudget; b != nil {
 		c.chargeQueueLocked(b)
 	}
+	c.noteWaitingLocked()
 	drain := c.wr.drainArmed && q.empty() && c.wr.err == nil && !c.wr.flushing
 	if drain {
 		c.wr.drainArmed = false
@@ -372,22 +395,32 @@ func (c *Conn) checkStall() {
 }
 
 // chargeQueueLocked brings the send queue's charge on the memory budget in
-// line with the memory it holds (its buffers' capacity, not only the bytes
-// in them), and files the connection under its queue's size so that the
-// largest queues are shed first.
+// line with the memory it holds on its own (its buffers' capacity, not
+// only the bytes in them; shared frames are charged once, by reference:
+// see frameShare), and files the connection under what its queue keeps
+// in memory, shared frames included, so that the largest queues are shed
+// first: a slow peer's queue that alone refers to old shared frames keeps
+// them alive.
 func (c *Conn) chargeQueueLocked(b *MemoryBudget) {
-	now := c.wr.q.footprint()
-	old := c.wr.charged.Load()
-	if now == old {
-		return
+	q := &c.wr.q
+	now := q.footprint()
+	if old := c.wr.charged.Load(); now != old {
+		if now > old {
+			b.forceCharge(MemorySendQueues, now-old)
+		} else {
+			b.release(MemorySendQueues, old-now)
+		}
+		c.wr.charged.Store(now)
 	}
-	if now > old {
-		b.forceCharge(MemorySendQueues, now-old)
-	} else {
-		b.release(MemorySendQueues, old-now)
+	kept := now + int64(q.shared)
+	var filed int64
+	if c.wr.more != nil {
+		filed = c.wr.more.filed
 	}
-	c.wr.charged.Store(now)
-	b.track(c, old, now)
+	if kept != filed {
+		c.wr.moreLocked().filed = kept
+		b.track(c, filed, kept)
+	}
 }
 
 // queuedBytes is what the connection's send queue holds, as charged to

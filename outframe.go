@@ -15,8 +15,9 @@ type outFrame struct {
 	hdr, payload []byte
 	masked       bool
 	key          [4]byte
-	keep         bool // never withdrawn (sendQueue invariant 7)
-	shared       bool // payload is a PreparedMessage's frame: the queue may refer to it (sendQueue invariant 9)
+	keep         bool        // never withdrawn (sendQueue invariant 7)
+	shared       bool        // payload is a PreparedMessage's frame: the queue may refer to it (sendQueue invariant 9)
+	share        *frameShare // the shared frame's reference count, when shared
 	done         func(error)
 	zbuf         *[]byte // the compressed payload's buffer, given back after queuing
 }

@@ -25,9 +25,11 @@ import (
 // *PreparedMessage). So the frame exists once however many
 // connections wait to send it, and a message may be sent again, to any
 // connection, at any time. Each connection still counts the whole frame as
-// its own in BufferedAmount, BufferLimit and a MemoryBudget's charge: the
-// bytes a connection makes the server hold are charged to it, shared or
-// not. A client connection masks the payload into its own queue.
+// its own in BufferedAmount and BufferLimit (what waits for its peer); a
+// MemoryBudget charges the frame once, however many connections refer to
+// it (what the process holds), from the first reference taken until the
+// last is let go. A client connection masks the payload into its own
+// queue.
 type PreparedMessage struct {
 	typ     MessageType
 	frame   []byte // header and payload as a server sends them
@@ -84,7 +86,7 @@ func (pm *PreparedMessage) prepare(p []byte) bool {
 		return false
 	}
 	h := frame.Header{Fin: true, Opcode: frame.Opcode(pm.typ), Length: int64(len(p))}
-	b := make([]byte, h.Size()+len(p))
+	b := newSharedFrame(h.Size() + len(p))
 	n := frame.Put(b, h)
 	copy(b[n:], p)
 	pm.frame, pm.payload = b, b[n:]
@@ -183,7 +185,7 @@ func (pm *PreparedMessage) deflated(level, bits int) []byte {
 	}
 	body := deflate.CompressOnce(nil, pm.payload, level, bits)
 	h := frame.Header{Fin: true, Rsv: frame.Rsv1, Opcode: frame.Opcode(pm.typ), Length: int64(len(body))}
-	b := make([]byte, h.Size()+len(body))
+	b := newSharedFrame(h.Size() + len(body))
 	n := frame.Put(b, h)
 	copy(b[n:], body)
 	m.variants = append(m.variants, preparedDeflate{level: level, bits: bits, frame: b})

@@ -2,6 +2,7 @@ package rally
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/rallyws/rally/frame"
 	"github.com/rallyws/rally/internal/bufpool"
@@ -68,9 +69,12 @@ import (
 //     be its own; the garbage collector takes it). Only payloads of refMin bytes or more are
 //     referred to: a smaller one is cheaper to copy than to gather. A
 //     referred frame counts in size (BufferedAmount, the limit, drain) like
-//     an owned one, and in footprint (the memory budget's charge) by its
-//     whole length, on every receiver that refers to it: a connection is
-//     charged for the bytes it holds, shared or not.
+//     an owned one. In the memory budget's charge a chunk counts in
+//     footprint, the queue's own; a shared frame is charged once, however
+//     many queues refer to it, through its reference count (see
+//     frameShare): the queue of a connection with a budget takes a
+//     reference when it refers to the frame and lets go of it when it
+//     drops the reference, and the frame is outside its footprint.
 type sendQueue struct {
 	buf   *[]byte // owned bytes; borrowed while the queue holds some
 	head  int
@@ -82,6 +86,9 @@ type sendQueue struct {
 	// taken part of it.
 	start int
 	refs  int // bytes referred to by recs[first:] (invariant 9)
+	// shared is the part of refs that frames charged once (by reference
+	// count) hold: outside footprint.
+	shared int
 
 	held *heldLane // invariant 6; made by the first hold
 
@@ -89,6 +96,7 @@ type sendQueue struct {
 	blocked      bool // invariant 4
 	streaming    bool
 	closed       bool
+	budget       uint32 // the id of the connection's memory budget, which shared frames are charged to; 0: none
 
 	dones []doneCall
 }
@@ -130,8 +138,9 @@ type record struct {
 	end          int // offset just past the frame's last byte (in the held lane: in held)
 	ostart, oend int // its owned bytes in buf
 	ref          []byte
-	chunk        *[]byte // ref's buffer when the queue owns it (see chunkMin), given back when the record goes
-	seq          uint64  // 0 for a pong
+	chunk        *[]byte     // ref's buffer when the queue owns it (see chunkMin), given back when the record goes
+	share        *frameShare // ref's frame when the queue holds a reference to it (invariant 9)
+	seq          uint64      // 0 for a pong
 	pong         bool
 	keep         bool
 	done         func(error) // the sender's completion, if it asked for one
@@ -153,8 +162,32 @@ func (q *sendQueue) dropRef(r *record) {
 	if r.chunk != nil && q.busy == 0 {
 		bufpool.Put(r.chunk)
 	}
-	r.ref, r.chunk = nil, nil
+	if r.share != nil {
+		q.shared -= len(r.ref)
+		dropShare(r.share)
+	}
+	r.ref, r.chunk, r.share = nil, nil, nil
 }
+
+// referShared makes r refer to ref, the tail of a shared frame whose
+// header is s (nil: a frame not made to be shared), taking a reference to
+// it if the connection has a memory budget (invariant 9).
+func (q *sendQueue) referShared(r *record, ref []byte, s *frameShare) {
+	r.ref = ref
+	q.refs += len(ref)
+	if q.budget != 0 && s != nil {
+		r.share = s
+		q.shared += len(ref)
+		takeShare(s, q.budget)
+	}
+}
+
+// recordSize is the memory a record takes in the queue's array.
+const recordSize = int(unsafe.Sizeof(record{}))
+
+// keepRecords is the most records whose array an empty queue keeps for
+// the next frames: a larger one (a slow peer's backlog) is given back.
+const keepRecords = 64
 
 // present is how many of the record's bytes the queue still has.
 func (r *record) present() int { return r.oend - r.ostart + len(r.ref) }
@@ -183,12 +216,17 @@ func (q *sendQueue) size() int {
 	return q.queued() + held
 }
 
-// footprint is the memory the queue holds: its buffers' capacity and the
-// bytes it refers to (invariant 9).
+// footprint is the memory the queue holds on its own account: its
+// buffers' capacity, its records' while it holds some (88 bytes a frame:
+// a slow peer's queue of small shared frames is mostly records), and the
+// bytes it refers to but shared frames charged once (invariant 9).
 func (q *sendQueue) footprint() int64 {
-	n := q.refs
+	n := q.refs - q.shared
 	if q.buf != nil {
 		n += cap(*q.buf)
+	}
+	if q.first < len(q.recs) {
+		n += cap(q.recs) * recordSize
 	}
 	_, held := q.heldBytes()
 	n += held
@@ -253,16 +291,16 @@ func (q *sendQueue) segment() []byte {
 // push appends a frame made of hdr and payload at the tail of the main lane
 // (payload masked with key when masked) and returns its sequence number.
 // When shared, payload is immutable for as long as the queue holds it (a
-// PreparedMessage's frame) and the queue may refer to it instead of
-// copying it (invariant 9). The caller checked closed.
-func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, shared bool, done func(error)) uint64 {
+// PreparedMessage's frame, whose header is share when it has one) and the
+// queue may refer to it instead of copying it (invariant 9). The caller
+// checked closed.
+func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, shared bool, share *frameShare, done func(error)) uint64 {
 	q.seq++
 	r := record{seq: q.seq, keep: keep, done: done}
 	switch {
 	case shared && !masked && len(payload) >= refMin:
 		q.appendOwned(hdr, nil)
-		r.ref = payload
-		q.refs += len(payload)
+		q.referShared(&r, payload, share)
 	case len(payload) >= chunkMin && q.buf != nil && len(*q.buf)+len(hdr)+len(payload) > cap(*q.buf):
 		// A large payload that buf has no room for goes into a chunk of
 		// its own rather than making buf grow (which would copy every
@@ -305,6 +343,11 @@ func (q *sendQueue) appendRecord(r record, size int) {
 // does. Only for an empty main lane. It returns the frame's sequence
 // number (0 for a pong).
 func (q *sendQueue) pushTaken(taken int, rest1, rest2 []byte, shared, pong, keep bool, done func(error)) uint64 {
+	return q.pushTakenShare(taken, rest1, rest2, shared, nil, pong, keep, done)
+}
+
+// pushTakenShare is pushTaken for a shared frame whose header is share.
+func (q *sendQueue) pushTakenShare(taken int, rest1, rest2 []byte, shared bool, share *frameShare, pong, keep bool, done func(error)) uint64 {
 	r := record{pong: pong, keep: keep, done: done}
 	if !pong {
 		q.seq++
@@ -312,8 +355,7 @@ func (q *sendQueue) pushTaken(taken int, rest1, rest2 []byte, shared, pong, keep
 	}
 	if shared && len(rest2) >= refMin {
 		q.appendOwned(rest1, nil)
-		r.ref = rest2
-		q.refs += len(rest2)
+		q.referShared(&r, rest2, share)
 	} else {
 		q.appendOwned(rest1, rest2)
 	}
@@ -560,11 +602,16 @@ func (q *sendQueue) releaseIfEmpty() {
 	q.buf = nil
 	q.head = 0
 	q.ahead = 0
-	clear(q.recs)
-	q.recs = q.recs[:0]
+	if cap(q.recs) > keepRecords {
+		q.recs = nil
+	} else {
+		clear(q.recs)
+		q.recs = q.recs[:0]
+	}
 	q.first = 0
 	q.start = 0
 	q.refs = 0
+	q.shared = 0
 }
 
 // ownedHead is where in buf the owned bytes not yet taken begin.

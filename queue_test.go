@@ -122,7 +122,7 @@ func queueProperty(t *rapid.T) {
 					m.heldIDs = append(m.heldIDs, f.id)
 					return
 				}
-				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, false, m.done(f))
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, false, nil, m.done(f))
 				m.pushed = append(m.pushed, f.id)
 			},
 			"pushShared": func(t *rapid.T) {
@@ -136,7 +136,7 @@ func queueProperty(t *rapid.T) {
 				b := m.frameBytes(f)
 				f.shared = b
 				cut := rapid.IntRange(0, min(len(b), 14)).Draw(t, "header")
-				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, false, true, m.done(f))
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, false, true, nil, m.done(f))
 				m.pushed = append(m.pushed, f.id)
 			},
 			"pushTaken": func(t *rapid.T) {
@@ -465,6 +465,9 @@ func (m *qmodel) check(t *rapid.T) {
 	}
 	_, heldCap := q.heldBytes()
 	owned += heldCap
+	if q.first < len(q.recs) {
+		owned += cap(q.recs) * recordSize
+	}
 	if q.footprint() != int64(owned+refs) {
 		t.Fatalf("footprint %d, want %d owned + %d referred to", q.footprint(), owned, refs)
 	}

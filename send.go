@@ -78,16 +78,21 @@ func (c *Conn) SendCompress(typ MessageType, p []byte, mode Compress) (SendStatu
 // sendFrame is the non-blocking send of one data frame: payload p, or, for
 // a server connection, a frame prebuilt by a PreparedMessage.
 func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(error), mode Compress) (SendStatus, error) {
+	size := len(prepared)
+	if prepared == nil {
+		size = frameSize(len(p), !c.server)
+	}
+	if w := c.waiting.Load(); w > 0 && c.overLimit(int(w)+size) {
+		// The peer takes nothing and the frame does not fit: dropped
+		// without taking the lock (see noteWaitingLocked).
+		return Dropped, nil
+	}
 	g := currentG()
 	c.wr.mu.Lock()
 	q := &c.wr.q
 	if err := c.closedLocked(); err != nil {
 		c.unlockWrite()
 		return Dropped, err
-	}
-	size := len(prepared)
-	if prepared == nil {
-		size = frameSize(len(p), !c.server)
 	}
 	// The limit is on bytes waiting for the peer (backpressure) or for a
 	// streamed message to end; bytes merely gathered by a cork do not
@@ -102,8 +107,10 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		}
 		return Dropped, nil
 	}
-	if b := c.opts.MemoryBudget; b != nil && backlog {
-		// It would wait in the queue: there must be room for it.
+	if b := c.opts.MemoryBudget; b != nil && backlog && (prepared == nil || size < refMin || !shareOf(prepared).held()) {
+		// It would wait in the queue: there must be room for it, unless
+		// it is a shared frame some queue already refers to, which is
+		// charged once and so costs nothing more (see frameShare).
 		if !b.charge(MemorySendQueues, int64(size)) {
 			code := c.limitExceededLocked()
 			c.unlockWrite()
@@ -116,7 +123,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	}
 	var f outFrame
 	if prepared != nil {
-		f = outFrame{payload: prepared, shared: true, done: done}
+		f = outFrame{payload: prepared, shared: true, share: shareOf(prepared), done: done}
 	} else {
 		f = c.frameLocked(op, true, p, mode, false)
 		f.done = done

@@ -118,7 +118,7 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	}
 	var f outFrame
 	if ln == lanePrepared {
-		f = outFrame{payload: prepared, shared: true}
+		f = outFrame{payload: prepared, shared: true, share: shareOf(prepared)}
 	} else {
 		f = c.frameLocked(op, fin, p, mode, ln == laneFragment)
 	}

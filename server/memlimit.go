@@ -8,17 +8,47 @@ import (
 	"strings"
 )
 
-// fallbackMemoryLimit is the budget when the machine's memory cannot be
-// read (not Linux, no /proc).
-const fallbackMemoryLimit = 1 << 30
+// fallbackMemoryLimit is the budget when the memory the process may use
+// cannot be read (not Linux, no /proc).
+const fallbackMemoryLimit = 512 << 20
 
-// DefaultMemoryLimit returns half of the memory this process may use: the
-// smaller of the machine's (MemTotal in /proc/meminfo) and its cgroup's
-// limit (memory.max, cgroup v2). Half leaves room for what the budget
-// does not account: the kernel's socket buffers, the program itself, the
-// garbage collector's headroom. Where neither can be read, 1 GiB.
+// defaultMemoryShare is the part of the memory the process may use that
+// the default budget takes: one quarter.
+const defaultMemoryShare = 4
+
+// DefaultMemoryLimitRule says how DefaultMemoryLimit is chosen, for help
+// texts.
+const DefaultMemoryLimitRule = "a quarter of this machine's memory, or of its cgroup's limit if smaller"
+
+// DefaultMemoryLimit returns the default memory budget: a quarter of the
+// memory this process may use (MemoryAvailable), or 512 MiB where that
+// cannot be read.
+//
+// A quarter, so that the budget sheds early and the process stays well
+// inside what it may use: shedding starts at 80% of the budget (a fifth
+// of that memory), new handshakes are refused from 90%, and the rest is
+// for what the budget does not see: the kernel's socket buffers (a peer
+// that does not read makes the kernel hold up to its send buffer, a few
+// hundred KiB to 4 MiB per connection), the Go runtime's own overhead
+// and the garbage collector's headroom, the program, and the other
+// processes of the machine or container.
 func DefaultMemoryLimit() int64 {
-	return defaultMemoryLimit(readFile("/proc/meminfo"), readFile("/proc/self/cgroup"), readFile)
+	return defaultMemoryLimit(MemoryAvailable())
+}
+
+func defaultMemoryLimit(avail int64) int64 {
+	if avail <= 0 {
+		return fallbackMemoryLimit
+	}
+	return avail / defaultMemoryShare
+}
+
+// MemoryAvailable returns the memory this process may use: the smaller of
+// the machine's (MemTotal in /proc/meminfo) and its cgroup's limit, when
+// one is set (memory.max in cgroup v2, memory.limit_in_bytes in v1); 0
+// where neither can be read.
+func MemoryAvailable() int64 {
+	return memoryAvailable(readFile("/proc/meminfo"), readFile("/proc/self/cgroup"), readFile)
 }
 
 func readFile(name string) []byte {
@@ -29,17 +59,14 @@ func readFile(name string) []byte {
 	return b
 }
 
-// defaultMemoryLimit is DefaultMemoryLimit on the given /proc/meminfo and
-// /proc/self/cgroup contents, reading the cgroup's memory.max with read.
-func defaultMemoryLimit(meminfo, cgroup []byte, read func(string) []byte) int64 {
+// memoryAvailable is MemoryAvailable on the given /proc/meminfo and
+// /proc/self/cgroup contents, reading the cgroup's files with read.
+func memoryAvailable(meminfo, cgroup []byte, read func(string) []byte) int64 {
 	avail := memTotal(meminfo)
-	if c := cgroupMemoryMax(cgroup, read); c > 0 && (avail <= 0 || c < avail) {
+	if c := cgroupMemoryLimit(cgroup, read); c > 0 && (avail <= 0 || c < avail) {
 		avail = c
 	}
-	if avail <= 0 {
-		return fallbackMemoryLimit
-	}
-	return avail / 2
+	return avail
 }
 
 // memTotal returns MemTotal of /proc/meminfo in bytes, or 0.
@@ -58,29 +85,57 @@ func memTotal(meminfo []byte) int64 {
 	return 0
 }
 
-// cgroupMemoryMax returns the memory.max of this process's cgroup v2
-// ("0::/path" in /proc/self/cgroup), or 0 if there is none or it is
-// "max".
-func cgroupMemoryMax(cgroup []byte, read func(string) []byte) int64 {
+// cgroupMemoryLimit returns the memory limit of this process's cgroup: v2
+// ("0::/path" in /proc/self/cgroup, its memory.max) or v1 (the line of
+// the memory controller, its memory.limit_in_bytes), looked for under the
+// cgroup's path and, as inside a container's own namespace, at the root
+// of the hierarchy. It returns 0 if there is none, or it is "max" (v2) or
+// the kernel's "unlimited" (v1: a page-rounded maximum of int64).
+func cgroupMemoryLimit(cgroup []byte, read func(string) []byte) int64 {
 	for line := range strings.SplitSeq(string(cgroup), "\n") {
-		p, ok := strings.CutPrefix(line, "0::")
+		id, rest, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
 		}
-		for _, name := range []string{"/sys/fs/cgroup" + strings.TrimSuffix(p, "/") + "/memory.max", "/sys/fs/cgroup/memory.max"} {
+		controllers, path, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		path = strings.TrimSuffix(path, "/")
+		var names []string
+		switch {
+		case id == "0" && controllers == "":
+			names = []string{"/sys/fs/cgroup" + path + "/memory.max", "/sys/fs/cgroup/memory.max"}
+		case hasController(controllers, "memory"):
+			names = []string{"/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+		default:
+			continue
+		}
+		for _, name := range names {
 			v := strings.TrimSpace(string(read(name)))
 			if v == "" {
 				continue
 			}
-			if v == "max" {
-				return 0
-			}
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n <= 0 {
-				return 0
+			if v == "max" || err != nil || n <= 0 || n >= cgroupUnlimited {
+				break // this hierarchy sets no limit: another may
 			}
 			return n
 		}
 	}
 	return 0
+}
+
+// cgroupUnlimited is where a cgroup v1 limit means "none": the kernel
+// shows no limit as the largest int64 rounded down to a page.
+const cgroupUnlimited = 1 << 62
+
+// hasController reports whether the comma-separated list holds name.
+func hasController(list, name string) bool {
+	for c := range strings.SplitSeq(list, ",") {
+		if c == name {
+			return true
+		}
+	}
+	return false
 }

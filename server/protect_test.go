@@ -192,30 +192,6 @@ func TestPendingHeadsAreChargedToTheBudgetAndGivenBack(t *testing.T) {
 	}
 }
 
-func TestDefaultMemoryLimitIsHalfOfTheSmallerOfMachineAndCgroup(t *testing.T) {
-	meminfo := []byte("MemTotal:       25165824 kB\nMemFree:         1000 kB\n")
-	cg := []byte("0::/user.slice/app\n")
-	files := map[string]string{}
-	read := func(name string) []byte { return []byte(files[name]) }
-	for _, tc := range []struct {
-		max  string
-		want int64
-	}{
-		{"", 12 << 30},
-		{"max\n", 12 << 30},
-		{"1073741824\n", 512 << 20},
-		{"107374182400\n", 12 << 30},
-	} {
-		files["/sys/fs/cgroup/user.slice/app/memory.max"] = tc.max
-		if got := defaultMemoryLimit(meminfo, cg, read); got != tc.want {
-			t.Errorf("memory.max %q: %d, want %d", tc.max, got, tc.want)
-		}
-	}
-	if got := defaultMemoryLimit(nil, nil, read); got != fallbackMemoryLimit {
-		t.Errorf("nothing readable: %d, want %d", got, fallbackMemoryLimit)
-	}
-}
-
 func TestPressureLogIsWrittenOncePerInterval(t *testing.T) {
 	var buf bytes.Buffer
 	l := newEveryLog(slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
