@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -256,6 +257,19 @@ func (c *Conn) deliverEnd() error {
 func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 	for {
 		if z := c.z; z != nil && z.inflating {
+			if c.isDone() {
+				// The connection was cut while a message inflated (shed by
+				// the memory budget, timed out, closed): no more of it is
+				// inflated. A few KiB of input can inflate to a GiB, and
+				// an event loop would not see the cut before the end of
+				// its turn.
+				return event{}, c.endRead(c.ioEnd(net.ErrClosed), false)
+			}
+			if c.rd.loop && c.loopYield() {
+				// The connection inflated its share of the loop's turn:
+				// the loop comes back to it after the others.
+				return event{}, errLoopDry
+			}
 			// Pieces of a compressed message come before more input: they
 			// are inflated from the read buffer in place.
 			ev, ok, err := c.nextPiece()
@@ -263,6 +277,9 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				return event{}, err
 			}
 			if ok {
+				if c.rd.loop {
+					c.loopInflated(len(ev.payload))
+				}
 				return ev, nil
 			}
 		}
