@@ -368,6 +368,9 @@ func (c *Conn) releaseReadBuffer() {
 func (c *Conn) control(ev event) error {
 	switch ev.op {
 	case frame.OpPing:
+		if !c.allowControl() {
+			return c.controlTooFast()
+		}
 		if c.opts.OnPing != nil && c.callHook(c.opts.OnPing, ev.payload) {
 			// The hook panicked: a 1011 close is on its way; keep reading
 			// for the peer's answer.
@@ -375,6 +378,9 @@ func (c *Conn) control(ev event) error {
 		}
 		c.sendPong(ev.payload)
 	case frame.OpPong:
+		if !c.allowControl() {
+			return c.controlTooFast()
+		}
 		if c.opts.OnPong != nil {
 			c.callHook(c.opts.OnPong, ev.payload)
 		}
