@@ -123,6 +123,7 @@ type connExtras struct {
 	reader      *messageReader      // owned by whoever holds rd.sem
 	keepalive   *time.Timer         // the ping and idle timer (goroutine mode); guarded by wr.mu
 	onClose     []func(*CloseError) // guarded by wr.mu
+	control     controlBucket       // owned by the reader (see pong.go)
 }
 
 // extras returns the connection's connExtras, making them if needed.

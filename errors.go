@@ -71,6 +71,11 @@ func (e *InvalidUTF8Error) Error() string {
 // ErrClosed) also holds for every *CloseError.
 var ErrClosed = errors.New("rally: connection closed")
 
+// ErrControlRate is the cause (CloseError.Err) of a connection closed with
+// 1008 because its peer sent ping and pong frames faster than
+// ConnOptions.ControlRate allows.
+var ErrControlRate = errors.New("rally: the peer sent ping and pong frames faster than ConnOptions.ControlRate allows")
+
 // ProtocolError is a rule of RFC 6455 or RFC 7692 that the peer broke. It
 // names the rule and carries the close code rally sent because of it
 // (1002, 1007, 1008 or 1009). It reaches the caller inside a *CloseError.

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rallyws/rally/internal/bufpool"
 	"github.com/rallyws/rally/internal/netpoll"
 	"golang.org/x/sys/unix"
 )
@@ -61,6 +62,12 @@ const loopReadSize = 63 << 10
 // (epoll, level-triggered, reports it again).
 const loopReadsPerEvent = 4
 
+// loopInflatePerEvent bounds what one connection inflates per readiness
+// event (permessage-deflate): a few KiB of input can inflate to a GiB, and
+// the loop's other connections, and its closes, would wait for it. A
+// connection past it yields (loopYield) and is resumed in the next turn.
+const loopInflatePerEvent = 1 << 20
+
 // loopGatherMax is how much a loop turn gathers for one connection before
 // it writes at once: as much as a cork gathers (corkMax). A prepared
 // message gathered is a reference, not a copy, so gathering more costs
@@ -108,6 +115,8 @@ type loop struct {
 	mark    uint64 // this turn's mark (see gatherLocked)
 	dirty   []*Conn
 	closing []*loopTransport
+	again   []*loopTransport // yielded (loopYield): resumed in the next turn
+	spare2  []*loopTransport
 
 	writes    atomic.Uint64 // write system calls on its connections
 	turnStart atomic.Int64  // when the running turn began (unix ns); 0 while waiting
@@ -388,7 +397,11 @@ func (l *loop) run(started chan<- struct{}) {
 		l.p.Close()
 	}()
 	for {
-		events, woken, err := l.p.Wait(-1)
+		wait := -1
+		if len(l.again) > 0 {
+			wait = 0 // connections that yielded go on at once
+		}
+		events, woken, err := l.p.Wait(wait)
 		if err != nil {
 			// Not expected of epoll_wait but for a bug: cut the loop's
 			// connections rather than spin.
@@ -401,9 +414,13 @@ func (l *loop) run(started chan<- struct{}) {
 		l.turns.Add(1)
 		l.mark = loopTurns.Add(1)
 		l.inTurn = true
+		again := l.again
+		l.again = l.spare2[:0]
 		for _, e := range events {
 			l.event(e)
 		}
+		l.resume(again)
+		l.spare2 = again[:0]
 		if woken {
 			l.runTasks()
 		}
@@ -558,6 +575,50 @@ func (l *loop) event(e netpoll.Event) {
 	}
 }
 
+// resume goes on with the connections that yielded in the last turn
+// (loopYield) and have not been delivered since.
+func (l *loop) resume(again []*loopTransport) {
+	for i, t := range again {
+		again[i] = nil
+		if t.again && t.yielded != l.mark {
+			l.readable(t)
+		}
+	}
+}
+
+// loopInflated counts n bytes that c inflated in this readiness event.
+func (c *Conn) loopInflated(n int) {
+	if t, ok := c.t.(*loopTransport); ok {
+		t.inflated += n
+	}
+}
+
+// loopYield reports whether c has inflated its share of the loop's turn
+// (loopInflatePerEvent). If so, what is left of its input (of the chunk
+// being inflated, and after it) is moved out of the loop's buffer into one
+// of the connection's own, which the next read gives back, and the loop
+// resumes the connection in its next turn.
+func (c *Conn) loopYield() bool {
+	t, ok := c.t.(*loopTransport)
+	if !ok || t.inflated < loopInflatePerEvent {
+		return false
+	}
+	if t.held == nil {
+		d := c.z.decomp
+		rest := d.Unread()
+		held := bufpool.Get(len(rest) + len(c.rd.in))
+		b := append(append((*held)[:0], rest...), c.rd.in...)
+		d.Rebase(b[:len(rest)])
+		c.rd.in = b[len(rest):]
+		*held = b
+		t.held = held
+	}
+	t.again = true
+	t.yielded = t.l.mark
+	t.l.again = append(t.l.again, t)
+	return true
+}
+
 // readable reads what arrived and runs the connection's callbacks on it.
 func (l *loop) readable(t *loopTransport) {
 	if t.closed {
@@ -577,6 +638,7 @@ func (l *loop) deliver(t *loopTransport) {
 	c := t.c
 	s := l.srv
 	t.reads = loopReadsPerEvent
+	t.inflated, t.again = 0, false
 	for c.rd.end == nil && !c.ended() {
 		typ, p, err := c.nextMessage(nil)
 		if err != nil {
@@ -589,7 +651,10 @@ func (l *loop) deliver(t *loopTransport) {
 	if m := &c.rd.msg; m.handed || (m.buf != nil && c.rd.end != nil) {
 		c.releaseMessage()
 	}
-	c.rd.buf, c.rd.in = nil, nil
+	c.rd.buf = nil
+	if t.held == nil {
+		c.rd.in = nil
+	}
 	if c.rd.end != nil && c.rd.linger {
 		c.rd.linger = false
 		t.winding = true
@@ -740,6 +805,11 @@ func (l *loop) closePending() {
 		if c.rd.msg.buf != nil {
 			c.releaseMessage()
 		}
+		if t.held != nil {
+			c.rd.in = nil
+			bufpool.Put(t.held)
+			t.held = nil
+		}
 		if s := l.srv; s.Close != nil {
 			c.callClose(s.Close, c.cl.final)
 		}
@@ -801,6 +871,13 @@ type loopTransport struct {
 	shut    bool  // the sending side is shut
 	closed  bool
 	dropped int // bytes read and dropped while winding down (at most lingerBytes)
+
+	// Owned by the loop goroutine: the turn's share of inflating (see
+	// loopYield).
+	inflated int     // bytes inflated in this readiness event
+	again    bool    // yielded: the loop resumes it
+	yielded  uint64  // the mark of the turn it yielded in
+	held     *[]byte // its input, moved out of the loop's buffer when it yielded
 }
 
 // tryWrite writes a then b at once, without blocking. The caller holds
@@ -853,6 +930,11 @@ func (t *loopTransport) flushBacklog()      {}
 // read reads into the loop's buffer, at most loopReadsPerEvent times per
 // readiness event; errLoopDry says there is nothing more for now.
 func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
+	if t.held != nil {
+		// What the connection was left with when it yielded is used up.
+		bufpool.Put(t.held)
+		t.held = nil
+	}
 	if t.reads == 0 || t.fd < 0 {
 		return nil, 0, errLoopDry
 	}

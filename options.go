@@ -27,6 +27,10 @@ const (
 	DefaultCloseTimeout = 5 * time.Second
 	// DefaultHandshakeTimeout bounds a Dial's whole opening handshake.
 	DefaultHandshakeTimeout = 30 * time.Second
+	// DefaultControlRate is how many ping and pong frames a second a peer
+	// may send on average (bursts of ten times as many): far more than a
+	// peer that pings to keep a connection alive or to measure latency.
+	DefaultControlRate = 100
 )
 
 // ConnOptions are the settings of an open connection, shared by the server
@@ -52,6 +56,16 @@ type ConnOptions struct {
 
 	// CloseTimeout bounds the close handshake. 0 means DefaultCloseTimeout.
 	CloseTimeout time.Duration
+
+	// ControlRate bounds the ping and pong frames the peer may send: this
+	// many a second on average, in bursts of up to ten times as many (a
+	// token bucket). Every ping is owed a pong, and a flood of them would
+	// take the CPU, an event loop and the send queue from the other
+	// connections: past the rate the connection is closed with 1008
+	// (policy violation), and the read side ends with a *CloseError whose
+	// Err is ErrControlRate. 0 means DefaultControlRate; negative means no
+	// limit.
+	ControlRate int
 
 	// OnPing and OnPong, when set, are called on the reading goroutine with the
 	// payload of each ping or pong that arrives (valid during the call only).
@@ -313,6 +327,7 @@ type optionsKey struct {
 	bufferLimit              int
 	action                   BufferLimitAction
 	closeCode                uint16
+	controlRate              int
 	validateUTF8             bool
 	budget                   *MemoryBudget
 }
@@ -326,7 +341,7 @@ func (o *ConnOptions) key() optionsKey {
 		ping: o.PingInterval, idle: o.IdleTimeout, close: o.CloseTimeout, stall: o.WriteStallTimeout,
 		onPing: funcID(o.OnPing), onPong: funcID(o.OnPong), onDrain: funcID(o.OnDrain),
 		logger: o.Logger, bufferLimit: o.BufferLimit, action: o.BufferLimitAction,
-		closeCode: o.BufferLimitCloseCode, validateUTF8: o.ValidateUTF8OnSend, budget: o.MemoryBudget,
+		closeCode: o.BufferLimitCloseCode, controlRate: o.ControlRate, validateUTF8: o.ValidateUTF8OnSend, budget: o.MemoryBudget,
 	}
 }
 

@@ -26,7 +26,7 @@ func TestConnectionsShareOptionsOnlyWhenEveryFieldIsEqual(t *testing.T) {
 		"IdleTimeout": time.Minute, "CloseTimeout": time.Hour,
 		"OnPing": func(*Conn, []byte) {}, "OnPong": func(*Conn, []byte) {},
 		"Logger": slog.New(slog.DiscardHandler), "BufferLimit": 9,
-		"BufferLimitAction": CloseConnection, "BufferLimitCloseCode": uint16(1013),
+		"BufferLimitAction": CloseConnection, "BufferLimitCloseCode": uint16(1013), "ControlRate": 7,
 		"OnDrain": func(*Conn) {}, "ValidateUTF8OnSend": true,
 		"MemoryBudget": &MemoryBudget{}, "WriteStallTimeout": time.Millisecond,
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -265,6 +266,19 @@ func (c *Conn) deliverEnd() error {
 func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 	for {
 		if z := c.z; z != nil && z.inflating {
+			if c.isDone() {
+				// The connection was cut while a message inflated (shed by
+				// the memory budget, timed out, closed): no more of it is
+				// inflated. A few KiB of input can inflate to a GiB, and
+				// an event loop would not see the cut before the end of
+				// its turn.
+				return event{}, c.endRead(c.ioEnd(net.ErrClosed), false)
+			}
+			if c.rd.loop && c.loopYield() {
+				// The connection inflated its share of the loop's turn:
+				// the loop comes back to it after the others.
+				return event{}, errLoopDry
+			}
 			// Pieces of a compressed message come before more input: they
 			// are inflated from the read buffer in place.
 			ev, ok, err := c.nextPiece()
@@ -272,6 +286,9 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				return event{}, err
 			}
 			if ok {
+				if c.rd.loop {
+					c.loopInflated(len(ev.payload))
+				}
 				return ev, nil
 			}
 		}
@@ -360,6 +377,9 @@ func (c *Conn) releaseReadBuffer() {
 func (c *Conn) control(ev event) error {
 	switch ev.op {
 	case frame.OpPing:
+		if !c.allowControl() {
+			return c.controlTooFast()
+		}
 		if c.opts.OnPing != nil && c.callHook(c.opts.OnPing, ev.payload) {
 			// The hook panicked: a 1011 close is on its way; keep reading
 			// for the peer's answer.
@@ -367,6 +387,9 @@ func (c *Conn) control(ev event) error {
 		}
 		c.sendPong(ev.payload)
 	case frame.OpPong:
+		if !c.allowControl() {
+			return c.controlTooFast()
+		}
 		if c.opts.OnPong != nil {
 			c.callHook(c.opts.OnPong, ev.payload)
 		}

@@ -97,6 +97,28 @@ func (d *Decompressor) Feed(chunk []byte, last bool) {
 	d.inMsg = true
 }
 
+// Unread returns what Next has not taken yet of the chunk Feed gave (nil
+// when none is left). With Rebase, a caller that stops calling Next
+// before the chunk is used up can give the chunk's memory back.
+func (d *Decompressor) Unread() []byte {
+	if s := d.s; s != nil && d.inMsg && !s.tail {
+		return s.in
+	}
+	return nil
+}
+
+// Rebase makes Next go on from rest, a copy of what Unread returned (the
+// same bytes, in memory the caller keeps unchanged until Next has used it
+// up), instead of the chunk Feed gave.
+func (d *Decompressor) Rebase(rest []byte) {
+	if s := d.s; s != nil && d.inMsg && !s.tail {
+		if len(rest) != len(s.in) {
+			panic("deflate: Rebase with other bytes than Unread returned")
+		}
+		s.in = rest
+	}
+}
+
 // Next inflates from the chunk Feed gave and returns the next piece of
 // the message: 1 to MaxPiece bytes, valid until the next call of Next,
 // Feed, Inflate, Abort or Idle (it is the decoder's window; copy what must
