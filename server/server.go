@@ -247,8 +247,12 @@ func New(cfg Config) (*Server, error) {
 		s.secret = []byte(cfg.TokenSecret)
 	}
 	s.rate = newRateLimiter(cfg.HandshakeRate, cfg.RateLimitLoopback)
+	var broker pubsub.Broker
+	if cfg.Broker != nil {
+		broker = framedBroker{Broker: cfg.Broker, dropped: &m.notMessage}
+	}
 	hub, err := pubsub.NewHub(&pubsub.Options{
-		Broker: cfg.Broker,
+		Broker: broker,
 		Node:   cfg.Node,
 		OnError: func(err error) {
 			s.log.Warn("pub/sub across nodes", "err", err)
