@@ -32,14 +32,21 @@ const (
 	// MemorySendQueues is what waits in connections' send queues, capacity
 	// included, a frame shared by many queues (a PreparedMessage's) once.
 	MemorySendQueues
+	// MemoryStreams is HTTP/2 streams carrying WebSockets: what each
+	// holds whatever it carries (its goroutines, read buffer and the
+	// HTTP/2 server's state), a fixed cost per stream.
+	MemoryStreams
+	// MemorySubscriptions is subscriptions and the topic names they keep,
+	// charged by whoever keeps them (a pubsub hub, a server's presence).
+	MemorySubscriptions
 
 	numMemoryCategories
 )
 
-var memoryCategoryNames = [numMemoryCategories]string{"handshakes", "assembly", "inflate", "send_queues"}
+var memoryCategoryNames = [numMemoryCategories]string{"handshakes", "assembly", "inflate", "send_queues", "h2_streams", "subscriptions"}
 
 // String returns the category's name as metrics label it: handshakes,
-// assembly, inflate or send_queues.
+// assembly, inflate, send_queues, h2_streams or subscriptions.
 func (c MemoryCategory) String() string {
 	if c < 0 || c >= numMemoryCategories {
 		return fmt.Sprintf("MemoryCategory(%d)", int(c))
@@ -49,7 +56,7 @@ func (c MemoryCategory) String() string {
 
 // MemoryCategories lists every category, in the order of their values.
 func MemoryCategories() []MemoryCategory {
-	return []MemoryCategory{MemoryHandshakes, MemoryAssembly, MemoryInflate, MemorySendQueues}
+	return []MemoryCategory{MemoryHandshakes, MemoryAssembly, MemoryInflate, MemorySendQueues, MemoryStreams, MemorySubscriptions}
 }
 
 // Pressure is how close a MemoryBudget is to its limit.

@@ -61,6 +61,15 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 		return nil, opts.refused(r, &HandshakeError{Status: rf.status, Reason: rf.reason}, rf)
 	}
 
+	// The stream is charged before it is held; the charge goes back
+	// when the stream closes (the Conn ends, or the TCP connection under
+	// it goes away).
+	budget := opts.MemoryBudget
+	if !budget.charge(MemoryStreams, h2StreamCost) {
+		rf := memoryBusy()
+		refuseH2(w, rf)
+		return nil, opts.refused(r, &HandshakeError{Status: rf.status, Reason: rf.reason}, rf)
+	}
 	rc := http.NewResponseController(w)
 	// Server.ReadTimeout and WriteTimeout apply to each HTTP/2 stream, and
 	// a write deadline that fires resets the stream: a long-lived
@@ -79,9 +88,11 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	}
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
+		budget.release(MemoryStreams, h2StreamCost)
 		return nil, opts.handshakeFailed(r, fmt.Errorf("rally: accept: sending the 200 response: %w", err))
 	}
 	s := newH2Stream(r.Body, w, rc, localAddrOf(r), remoteAddrOf(r))
+	s.budget = budget
 	c := startConn(s, nil, true, n.subprotocol, &opts.ConnOptions)
 	if n.ext != "" {
 		c.enableCompression(opts.Compression, n.params)
@@ -89,6 +100,13 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	c.setData(n.data)
 	return c, nil
 }
+
+// h2StreamCost is what one WebSocket over an HTTP/2 stream makes the
+// process hold beyond its Conn, whatever it carries: the read buffer of
+// streamReader (16 KiB), net/http's response buffer (4 KiB) and stream
+// state, and the stacks of the stream's handler, body pump, reader and
+// flusher goroutines. It is charged to MemoryStreams.
+const h2StreamCost = 64 << 10
 
 // checkExtendedConnect applies the rules of RFC 8441 section 5 to an
 // HTTP/2 request, in this order, and returns the first one broken:
@@ -180,6 +198,7 @@ type h2Stream struct {
 	wdl     deadline
 	writing atomic.Bool
 	once    sync.Once
+	budget  *MemoryBudget // h2StreamCost is charged to it until Close
 }
 
 func newH2Stream(body io.ReadCloser, w http.ResponseWriter, rc *http.ResponseController, local, remote net.Addr) *h2Stream {
@@ -246,6 +265,7 @@ func (s *h2Stream) Close() error {
 		s.wclosed = true
 		s.wmu.Unlock()
 		s.wdl.stop()
+		s.budget.release(MemoryStreams, h2StreamCost)
 	})
 	return nil
 }

@@ -239,6 +239,7 @@ type rawStream struct {
 	w    *io.PipeWriter
 	rt   http.RoundTripper
 	url  string
+	tcp  net.Conn // the TLS connection under every stream of rt
 }
 
 // another opens a good WebSocket stream on the same HTTP/2 connection.
@@ -278,7 +279,7 @@ func openRawStream(t *testing.T, s *h2Server, ca *testCA, method string, h http.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	return &rawStream{resp: resp, w: pw, rt: rt, url: s.URL + "/ws"}
+	return &rawStream{resp: resp, w: pw, rt: rt, url: s.URL + "/ws", tcp: tc}
 }
 
 // maskedZeroKey builds a client frame masked with the key 0 (so the
@@ -661,5 +662,65 @@ func TestHTTP2MessagePastReadLimitClosesWith1009(t *testing.T) {
 	}
 	if got := <-e.closed; got.Code != rally.CloseTooBig {
 		t.Fatalf("server ended with %v", got)
+	}
+}
+
+// streamsUsed returns what budget has charged to HTTP/2 streams.
+func streamsUsed(budget *rally.MemoryBudget) (used int64, refused uint64) {
+	for _, st := range budget.Stats() {
+		if st.Category == rally.MemoryStreams {
+			return st.Used, st.Refused
+		}
+	}
+	return -1, 0
+}
+
+func TestHTTP2StreamsPastTheBudgetAreRefusedWith503AndTheirChargeReturnsWhenTheTCPConnectionGoes(t *testing.T) {
+	requireH2(t)
+	ca := newTestCA(t)
+	// Room for two streams (64 KiB each, within the 75% that what
+	// connections hold may take), not three.
+	budget := rally.NewMemoryBudget(200 << 10)
+	e := newH2EchoServer(&rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
+	s := startH2Server(t, e, ca)
+	rs := openRawStream(t, s, ca, "CONNECT", nil)
+	second := rs.another(t)
+	if rs.resp.StatusCode != 200 || second.StatusCode != 200 {
+		t.Fatalf("first two streams: %d and %d, want 200", rs.resp.StatusCode, second.StatusCode)
+	}
+	used, _ := streamsUsed(budget)
+	if used <= 0 {
+		t.Fatalf("two streams open, %d bytes charged to h2_streams", used)
+	}
+	third := rs.another(t)
+	body, _ := io.ReadAll(third.Body)
+	if third.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "memory budget") {
+		t.Fatalf("third stream: %d %q, want 503 naming the memory budget", third.StatusCode, body)
+	}
+	if now, refused := streamsUsed(budget); now != used || refused != 1 {
+		t.Fatalf("after the refusal: %d bytes charged, %d refused; want %d and 1", now, refused, used)
+	}
+
+	// The peer goes away without a word: both streams end, and their
+	// charge is given back.
+	rs.tcp.Close()
+	for range 2 {
+		if ce := <-e.closed; ce.Code != rally.CloseAbnormal {
+			t.Fatalf("a stream ended with %v, want 1006", ce)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		used, _ := streamsUsed(budget)
+		if used == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still charged to h2_streams after the TCP connection went", used)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := budget.Used(); got != 0 {
+		t.Fatalf("budget holds %d bytes after every stream ended, want 0", got)
 	}
 }

@@ -3,6 +3,7 @@ package pubsub
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -38,7 +39,35 @@ type Options struct {
 	// out to this hub's subscribers (its own publishes are counted by the
 	// Result of Publish). It runs on the broker's goroutine: keep it short.
 	OnDeliver func(m Message, r Result)
+
+	// MemoryBudget, when set, is charged for what the hub keeps for its
+	// subscribers (rally.MemorySubscriptions) before it keeps it: each
+	// subscription, each topic with its name, each subscribing
+	// connection. A Subscribe that does not fit returns ErrNoMemory and
+	// subscribes nothing; the charge goes back on Unsubscribe and when
+	// the connection ends.
+	MemoryBudget *rally.MemoryBudget
 }
+
+// ErrNoMemory is Subscribe's error when the hub's memory budget has no
+// room for the subscription.
+var ErrNoMemory = errors.New("pubsub: the memory budget has no room for another subscription")
+
+// What the hub charges to its memory budget: estimates of what each
+// thing costs in maps and slices, on a 64-bit machine.
+const (
+	// subscriptionCost is one connection's entry in a topic (its slot
+	// in subs and index) and the topic's entry in its member.
+	subscriptionCost = 160
+	// topicCost is a topic's subscribers, its entry in the hub's map
+	// and a broker's subscription for it; its name is added.
+	topicCost = 512
+	// memberCost is a subscribing connection's member and its entry in
+	// the hub's map.
+	memberCost = 256
+)
+
+func topicCharge(name string) int64 { return topicCost + int64(len(name)) }
 
 // Hub is a set of topics and their subscribers, which are rally
 // connections. The zero Hub is ready to use: alone (no broker), without
@@ -51,6 +80,7 @@ type Hub struct {
 	node          string
 	onError       func(error)
 	onDeliver     func(Message, Result)
+	budget        *rally.MemoryBudget
 
 	mu      sync.RWMutex
 	topics  map[string]*subscribers
@@ -86,6 +116,7 @@ func NewHub(opts *Options) (*Hub, error) {
 	h.publishToSelf = opts.PublishToSelf
 	h.onError = opts.OnError
 	h.onDeliver = opts.OnDeliver
+	h.budget = opts.MemoryBudget
 	h.node = opts.Node
 	if h.node == "" {
 		var b [8]byte
@@ -118,8 +149,9 @@ func (h *Hub) Close() error {
 
 // Subscribe makes c a subscriber of topic. Subscribing again is a no-op.
 // The subscription ends with Unsubscribe or when c ends, whichever comes
-// first. It returns rally.ErrClosed if c has already ended (and subscribes
-// nothing), or the broker's error if it could not be told of the hub's
+// first. It returns rally.ErrClosed if c has already ended, or an error
+// wrapping ErrNoMemory if the hub's memory budget has no room for it (and
+// subscribes nothing either way), or the broker's error if it could not be told of the hub's
 // interest in topic (the local subscription stands; messages from other
 // hubs may not arrive).
 func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
@@ -132,6 +164,27 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 	h.mu.Lock()
 	m := h.members[c]
 	hook := m == nil
+	if !hook {
+		if _, ok := m.topics[topic]; ok {
+			h.mu.Unlock()
+			h.imu.Unlock()
+			return nil
+		}
+	}
+	t := h.topics[topic]
+	first := t == nil
+	cost := int64(subscriptionCost)
+	if hook {
+		cost += memberCost
+	}
+	if first {
+		cost += topicCharge(topic)
+	}
+	if !h.budget.Reserve(rally.MemorySubscriptions, cost) {
+		h.mu.Unlock()
+		h.imu.Unlock()
+		return fmt.Errorf("%w (topic %q)", ErrNoMemory, topic)
+	}
 	if hook {
 		if h.members == nil {
 			h.members = map[*rally.Conn]*member{}
@@ -139,13 +192,6 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		m = &member{topics: map[string]*subscribers{}}
 		h.members[c] = m
 	}
-	if _, ok := m.topics[topic]; ok {
-		h.mu.Unlock()
-		h.imu.Unlock()
-		return nil
-	}
-	t := h.topics[topic]
-	first := t == nil
 	if first {
 		if h.topics == nil {
 			h.topics = map[string]*subscribers{}
@@ -187,6 +233,7 @@ func (h *Hub) Unsubscribe(c *rally.Conn, topic string) bool {
 	delete(m.topics, topic)
 	last := h.removeLocked(t, c)
 	h.mu.Unlock()
+	h.budget.Release(rally.MemorySubscriptions, subscriptionCost)
 	if last {
 		h.report(h.interest(topic, false))
 	}
@@ -204,6 +251,7 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 	}
 	delete(h.members, c)
 	var emptied []string
+	held := int64(memberCost + subscriptionCost*len(m.topics))
 	for name, t := range m.topics {
 		if h.removeLocked(t, c) {
 			emptied = append(emptied, name)
@@ -211,6 +259,7 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 	}
 	m.topics = nil
 	h.mu.Unlock()
+	h.budget.Release(rally.MemorySubscriptions, held)
 	for _, name := range emptied {
 		h.report(h.interest(name, false))
 	}
@@ -233,6 +282,7 @@ func (h *Hub) removeLocked(t *subscribers, c *rally.Conn) bool {
 		return false
 	}
 	delete(h.topics, t.name)
+	h.budget.Release(rally.MemorySubscriptions, topicCharge(t.name))
 	return true
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
@@ -360,5 +361,70 @@ func TestPublishAllocatesTheSameWhateverTheNumberOfSubscribers(t *testing.T) {
 	t.Logf("allocations per publish: %v to 1 subscriber, %v to 32", one, many)
 	if many > one {
 		t.Fatalf("a publish to 32 subscribers allocates %v times, to 1 subscriber %v: deliveries allocate", many, one)
+	}
+}
+
+// subscriptionsCharged returns what budget has charged to subscriptions.
+func subscriptionsCharged(budget *rally.MemoryBudget) int64 {
+	for _, st := range budget.Stats() {
+		if st.Category == rally.MemorySubscriptions {
+			return st.Used
+		}
+	}
+	return -1
+}
+
+func TestSubscriptionsAreChargedToTheBudgetRefusedPastItAndGivenBackWhenTheConnectionEnds(t *testing.T) {
+	budget := rally.NewMemoryBudget(4 << 10)
+	hub := mustHub(t, &pubsub.Options{MemoryBudget: budget})
+	ch := newChat(hub)
+	addr := ch.start(t)
+	p, c := ch.join(t, addr)
+	_, other := ch.join(t, addr)
+
+	n := 0
+	var err error
+	for ; n < 100; n++ {
+		if err = hub.Subscribe(c, "topic-"+strconv.Itoa(n)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, pubsub.ErrNoMemory) || n == 0 || n == 100 {
+		t.Fatalf("after %d subscriptions: %v, want ErrNoMemory past the budget", n, err)
+	}
+	refused := "topic-" + strconv.Itoa(n)
+	if hub.IsSubscribed(c, refused) || hub.SubscriberCount(refused) != 0 {
+		t.Fatalf("the refused subscription to %s stands", refused)
+	}
+	full := subscriptionsCharged(budget)
+	if full <= 0 {
+		t.Fatalf("%d subscriptions, %d bytes charged", n, full)
+	}
+	if !hub.Unsubscribe(c, "topic-0") {
+		t.Fatal("Unsubscribe(topic-0) = false")
+	}
+	if now := subscriptionsCharged(budget); now >= full {
+		t.Fatalf("charged %d after an unsubscribe, %d before", now, full)
+	}
+	// A second subscriber of a topic that exists costs less than the
+	// topic did: it fits.
+	if err := hub.Subscribe(other, "topic-1"); err != nil {
+		t.Fatalf("another subscriber of topic-1: %v", err)
+	}
+
+	p.Close()
+	other.CloseNow()
+	for range 2 {
+		<-ch.closed
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for subscriptionsCharged(budget) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still charged to subscriptions after both connections ended", subscriptionsCharged(budget))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if budget.Used() != 0 {
+		t.Fatalf("the budget holds %d bytes, want 0", budget.Used())
 	}
 }

@@ -39,7 +39,7 @@ func TestEmbeddedNATSOnABusyPortSaysSoAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, err = New(Config{NATS: NATSConfig{Embedded: ln.Addr().String()}})
+	_, err = New(Config{NATS: NATSConfig{Embedded: ln.Addr().String(), ClusterSecret: testClusterSecret}})
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("New: %v, want address already in use", err)
 	}

@@ -14,8 +14,11 @@ import (
 )
 
 // h2MaxStreams is how many streams (WebSockets and requests) one HTTP/2
-// connection may carry at once; net/http's default is 250.
-const h2MaxStreams = 1000
+// connection may carry at once (net/http's default is 250): past it a new
+// stream is refused (RST_STREAM), so that one TCP connection cannot hold
+// more than its share of WebSockets. Each stream is also charged to the
+// memory budget (rally.MemoryStreams), and refused with 503 past it.
+const h2MaxStreams = 100
 
 // h2Metrics count WebSocket connections by the protocol that carries
 // them: "http/1.1", "h2" (HTTP/2 over TLS) or "h2c" (HTTP/2 without TLS).
@@ -63,8 +66,8 @@ func (s *Server) countClosed(c *rally.Conn) {
 }
 
 // configureHTTP2 lets hs carry WebSockets over HTTP/2: h2 over TLS (on by
-// default in net/http), h2c when Config.H2C is set, more streams per
-// connection than net/http's default. Without GODEBUG=http2xconnect=1 in
+// default in net/http), h2c when Config.H2C is set, at most h2MaxStreams
+// streams per connection. Without GODEBUG=http2xconnect=1 in
 // the environment the process started with, net/http does not advertise
 // extended CONNECT: that is logged (cmd/rally arranges the setting).
 func (s *Server) configureHTTP2(hs *http.Server) {

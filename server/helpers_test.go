@@ -24,8 +24,15 @@ type testServer struct {
 	stop func()
 }
 
+// testClusterSecret signs the messages between the nodes of tests that
+// give none of their own.
+const testClusterSecret = "test cluster secret, 32 bytes..."
+
 func serve(t testing.TB, cfg Config) *testServer {
 	t.Helper()
+	if cfg.NATS.enabled() && cfg.NATS.ClusterSecret == "" {
+		cfg.NATS.ClusterSecret = testClusterSecret
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -296,7 +296,7 @@ func TestHistoryWithNATSWithoutJetStreamIsRefusedAtStart(t *testing.T) {
 	}
 	defer e.Shutdown()
 	cfg := historyConfig()
-	cfg.NATS = NATSConfig{URL: e.ClientURL()}
+	cfg.NATS = NATSConfig{URL: e.ClientURL(), ClusterSecret: testClusterSecret}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Addr = "127.0.0.1:0"
 	_, err = New(cfg)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -11,6 +12,10 @@ import (
 // (so that several servers in one process, as in tests, do not collide).
 type metrics struct {
 	reg *prometheus.Registry
+
+	// notMessage counts deliveries from other nodes dropped for not
+	// being message frames (framedBroker).
+	notMessage atomic.Uint64
 
 	connections      *prometheus.GaugeVec   // endpoint
 	connectionsTotal *prometheus.CounterVec // endpoint

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/pubsub"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
@@ -53,7 +57,17 @@ type NATSConfig struct {
 	// server demands of routes from other embedded servers, and what it
 	// presents on its own routes.
 	ClusterUser, ClusterPassword string
+
+	// ClusterSecret signs every message between nodes (HMAC-SHA256 over
+	// subject and message): a node drops, and counts, what was not
+	// signed with it, so that a client of NATS cannot speak for a node.
+	// Every node needs the same one, at least 16 bytes; NATS refuses to
+	// start without it.
+	ClusterSecret string
 }
+
+// minClusterSecret is the shortest cluster secret accepted, in bytes.
+const minClusterSecret = 16
 
 func (n *NATSConfig) enabled() bool { return n.URL != "" || n.Embedded != "" }
 
@@ -73,6 +87,9 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 	}
 	opts, err := n.clientOptions()
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := n.checkTrust(); err != nil {
 		return nil, nil, err
 	}
 	stop = func() {}
@@ -106,7 +123,8 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Warn("NATS: reconnected", "server", redactURL(c.ConnectedUrl()))
 		}))
-	b, err := natsbroker.New(addr, natsbroker.WithName("rally "+cfg.Node), natsbroker.WithNATSOptions(opts...))
+	b, err := natsbroker.New(addr, natsbroker.WithName("rally "+cfg.Node), natsbroker.WithNATSOptions(opts...),
+		natsbroker.WithClusterSecret([]byte(n.ClusterSecret)))
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("rally serve: %w", err)
@@ -123,7 +141,7 @@ func startNATS(cfg *Config, m *metrics) (stop func(), embedded *natsbroker.Embed
 			shutdown()
 		}
 	}
-	m.reg.MustRegister(natsCollector{b: b, w: w})
+	m.reg.MustRegister(natsCollector{b: b, w: w, notMessage: &m.notMessage})
 	return stop, embedded, nil
 }
 
@@ -174,6 +192,38 @@ func (n *NATSConfig) clientOptions() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// checkTrust refuses a NATS setup in which a stranger could speak for a
+// node: no cluster secret, or an embedded server that listens beyond
+// loopback without demanding credentials (of clients, or of routes).
+func (n *NATSConfig) checkTrust() error {
+	switch {
+	case n.ClusterSecret == "":
+		return errors.New("rally serve: NATS needs a cluster secret, the same on every node, to sign the messages between nodes: give --cluster-secret or RALLY_CLUSTER_SECRET (at least 16 bytes; for instance the output of `openssl rand -hex 32`)")
+	case len(n.ClusterSecret) < minClusterSecret:
+		return fmt.Errorf("rally serve: the cluster secret is %d bytes long, give at least %d (for instance the output of `openssl rand -hex 32`)", len(n.ClusterSecret), minClusterSecret)
+	case n.Embedded != "" && !loopback(n.Embedded) && n.User == "" && n.Token == "":
+		return fmt.Errorf("rally serve: --embedded-nats %s serves beyond loopback without authentication: give --nats-token (or --nats-user and --nats-password), and the same to every node that connects to it", n.Embedded)
+	case n.Cluster != "" && !loopback(n.Cluster) && n.ClusterUser == "":
+		return fmt.Errorf("rally serve: --nats-cluster %s takes routes from beyond loopback without authentication: give --nats-cluster-user and --nats-cluster-password, the same on every embedded server", n.Cluster)
+	}
+	return nil
+}
+
+// loopback reports whether addr, HOST:PORT, listens on loopback only: an
+// empty host or a wildcard address listens everywhere, a name other than
+// localhost may resolve anywhere.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // routeWatch polls the embedded server's routes and logs each loss and
 // recovery (NATS offers no event for them).
 type routeWatch struct {
@@ -215,11 +265,13 @@ func (w *routeWatch) run(every time.Duration) {
 type natsCollector struct {
 	b *natsbroker.Broker
 	w *routeWatch // nil without routes to watch
+	// notMessage counts what framedReceiver dropped.
+	notMessage *atomic.Uint64
 }
 
 var (
 	natsMessages  = prometheus.NewDesc("rally_nats_messages_total", "Messages between this node and NATS, by direction (out, in).", []string{"direction"}, nil)
-	natsDrops     = prometheus.NewDesc("rally_nats_drops_total", "Messages lost between nodes, by reason (lost: never arrived from another node; publish_failed: NATS refused or was unreachable; too_large: over max_payload; malformed: a header not sane; invalid_text: text not valid UTF-8).", []string{"reason"}, nil)
+	natsDrops     = prometheus.NewDesc("rally_nats_drops_total", "Messages lost between nodes, by reason (lost: never arrived from another node; publish_failed: NATS refused or was unreachable; too_large: over max_payload; malformed: a header not sane; invalid_text: text not valid UTF-8; forged: not signed with the cluster secret, or a replay; not_message: not a message frame of its topic).", []string{"reason"}, nil)
 	natsConnected = prometheus.NewDesc("rally_nats_connected", "1 while the connection to NATS is up.", nil, nil)
 	natsEvents    = prometheus.NewDesc("rally_nats_connection_events_total", "Losses and recoveries of the connection to NATS, by event (disconnect, reconnect), and of the embedded server's routes to the others (route_lost, route_up).", []string{"event"}, nil)
 	natsRoutes    = prometheus.NewDesc("rally_nats_routes", "Other servers of the NATS cluster the embedded server has a route to now.", nil, nil)
@@ -244,6 +296,8 @@ func (c natsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(natsDrops, s.TooLarge, "too_large")
 	counter(natsDrops, s.Malformed, "malformed")
 	counter(natsDrops, s.InvalidText, "invalid_text")
+	counter(natsDrops, s.Forged, "forged")
+	counter(natsDrops, c.notMessage.Load(), "not_message")
 	counter(natsEvents, s.Disconnects, "disconnect")
 	counter(natsEvents, s.Reconnects, "reconnect")
 	up := 0.0
@@ -302,4 +356,56 @@ func portFree(addrs ...string) error {
 		ln.Close()
 	}
 	return nil
+}
+
+// framedBroker is a broker whose deliveries from other nodes reach the
+// hub only if they are what a node publishes: a message frame of their
+// own topic (or, on /chat's topic, anything /chat relays). Whatever else
+// is dropped and counted in dropped: no message from NATS reaches a
+// client as a frame of its own making.
+type framedBroker struct {
+	pubsub.Broker
+	dropped *atomic.Uint64
+}
+
+func (f framedBroker) Attach(node string, r pubsub.Receiver) error {
+	return f.Broker.Attach(node, framedReceiver{Receiver: r, dropped: f.dropped})
+}
+
+type framedReceiver struct {
+	pubsub.Receiver
+	dropped *atomic.Uint64
+}
+
+func (r framedReceiver) Deliver(m pubsub.Message) {
+	if m.Topic != chatTopic && !(m.Type == rally.Text && isMessageFrame(m.Topic, m.Payload)) {
+		r.dropped.Add(1)
+		r.Error(fmt.Errorf("dropped a delivery from node %q on topic %q: not a message frame of its topic", m.Node, m.Topic))
+		return
+	}
+	r.Receiver.Deliver(m)
+}
+
+// isMessageFrame reports whether p is the protocol's message frame for
+// topic, as appendEnvelopeStart and appendEnvelopeEnd make it: the head,
+// one JSON value as data (a string when base64), the end.
+func isMessageFrame(topic string, p []byte) bool {
+	rest, ok := bytes.CutPrefix(p, []byte(envelopeHead))
+	if !ok {
+		return false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(topic)); !ok {
+		return false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(envelopeData)); !ok {
+		return false
+	}
+	data, ok := bytes.CutSuffix(rest, []byte("}"))
+	if !ok {
+		return false
+	}
+	if d, b64 := bytes.CutSuffix(data, []byte(envelopeBase64)); b64 && len(d) > 0 && d[0] == '"' && json.Valid(d) {
+		return true
+	}
+	return json.Valid(data)
 }

@@ -56,7 +56,7 @@ func status(t *testing.T, url string) (int, string) {
 func TestEmbeddedNATSWithATokenRefusesNodesWithoutIt(t *testing.T) {
 	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0", Token: "n4ts-token"}})
 	url := a.embeddedNATS.ClientURL()
-	_, err := New(Config{Node: "b", NATS: NATSConfig{URL: url}})
+	_, err := New(Config{Node: "b", NATS: NATSConfig{URL: url, ClusterSecret: testClusterSecret}})
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Fatalf("a node without the token: %v, want an authorization error", err)
 	}

@@ -61,6 +61,7 @@ type presence struct {
 
 	nc      *nats.Conn // nil alone
 	subject string
+	broker  *natsbroker.Broker // signs and checks announcements
 	sub     *nats.Subscription
 	done    chan struct{}
 	stopped chan struct{}
@@ -117,7 +118,7 @@ func (s *Server) startPresence() error {
 	case nil:
 		return nil
 	case *natsbroker.Broker:
-		p.nc = b.Conn()
+		p.nc, p.broker = b.Conn(), b
 		p.subject = b.SubjectPrefix() + ".presence"
 	default:
 		return errors.New("rally serve: presence needs NATS to span several nodes, or no other nodes")
@@ -174,7 +175,7 @@ func (p *presence) announce(a announcement) {
 	}
 	a.Node = p.s.cfg.Node
 	b, _ := json.Marshal(a)
-	if err := p.nc.Publish(p.subject, b); err != nil {
+	if err := p.nc.Publish(p.subject, p.broker.Sign(p.subject, b)); err != nil {
 		p.s.log.Warn("presence: announcing to other nodes", "err", err)
 	}
 }
@@ -242,8 +243,13 @@ func (p *presence) dropNodeLocked(name string) []event {
 
 // receive handles an announcement of another node.
 func (p *presence) receive(msg *nats.Msg) {
+	data, err := p.broker.Verify(msg.Subject, msg.Data)
+	if err != nil {
+		p.s.log.Warn("presence: dropped an announcement", "err", err)
+		return
+	}
 	var a announcement
-	if json.Unmarshal(msg.Data, &a) != nil || a.Node == "" || a.Node == p.s.cfg.Node {
+	if json.Unmarshal(data, &a) != nil || a.Node == "" || a.Node == p.s.cfg.Node {
 		return
 	}
 	var evs []event

@@ -297,7 +297,7 @@ func (e *everyLog) warn(msg string, args ...any) {
 type budgetCollector struct{ s *Server }
 
 var (
-	budgetUsed     = prometheus.NewDesc("rally_memory_budget_used_bytes", "Bytes clients make the server hold, by category (handshakes, assembly, inflate, send_queues), as charged to the memory budget.", []string{"category"}, nil)
+	budgetUsed     = prometheus.NewDesc("rally_memory_budget_used_bytes", "Bytes clients make the server hold, by category (handshakes, assembly, inflate, send_queues, h2_streams, subscriptions), as charged to the memory budget.", []string{"category"}, nil)
 	budgetPeak     = prometheus.NewDesc("rally_memory_budget_peak_bytes", "The most bytes charged at once, by category.", []string{"category"}, nil)
 	budgetRefused  = prometheus.NewDesc("rally_memory_budget_refusals_total", "Charges the memory budget refused, by category.", []string{"category"}, nil)
 	budgetLimit    = prometheus.NewDesc("rally_memory_limit_bytes", "The memory budget's limit (--memory-limit; 0: none).", nil, nil)

@@ -239,6 +239,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Protection.MemoryBudget == nil {
+		// Made now, so that the hub charges subscriptions to it too.
+		cfg.Protection.MemoryBudget = rally.NewMemoryBudget(max(cfg.Protection.MemoryLimit, 0))
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, m: m, h2m: newH2Metrics(m.reg), embeddedNATS: embedded, tls: tlsConfig}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -247,9 +251,14 @@ func New(cfg Config) (*Server, error) {
 		s.secret = []byte(cfg.TokenSecret)
 	}
 	s.rate = newRateLimiter(cfg.HandshakeRate, cfg.RateLimitLoopback)
+	var broker pubsub.Broker
+	if cfg.Broker != nil {
+		broker = framedBroker{Broker: cfg.Broker, dropped: &m.notMessage}
+	}
 	hub, err := pubsub.NewHub(&pubsub.Options{
-		Broker: cfg.Broker,
-		Node:   cfg.Node,
+		Broker:       broker,
+		Node:         cfg.Node,
+		MemoryBudget: cfg.Protection.MemoryBudget,
 		OnError: func(err error) {
 			s.log.Warn("pub/sub across nodes", "err", err)
 		},

@@ -153,6 +153,20 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if req.Offset != nil && req.Epoch != "" {
 		from = &position{*req.Offset, req.Epoch}
 	}
+	if !s.historyOf(req.Topic) {
+		if err := s.hub.Subscribe(c, req.Topic); err != nil {
+			switch {
+			case errors.Is(err, rally.ErrClosed):
+				return nil
+			case errors.Is(err, pubsub.ErrNoMemory):
+				s.m.refusals.WithLabelValues("subscriptions_memory").Inc()
+				return errorFrame(req.ID, codeLimit, "not subscribed: the server's memory budget has no room for another subscription; retry later")
+			}
+			// The local subscription stands; messages from other nodes
+			// may not arrive until the broker is back.
+			s.log.Warn("subscribe: other nodes not told", "topic", req.Topic, "err", err)
+		}
+	}
 	client := s.joinPresence(c, ss, req.Topic)
 	if s.historyOf(req.Topic) {
 		if ss.hist == nil {
@@ -167,14 +181,6 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 		// point into the message.)
 		s.subscribeHistory(c, req.Topic, bytes.Clone(req.ID), from, client)
 		return nil
-	}
-	if err := s.hub.Subscribe(c, req.Topic); err != nil {
-		if errors.Is(err, rally.ErrClosed) {
-			return nil
-		}
-		// The local subscription stands; messages from other nodes may not
-		// arrive until the broker is back.
-		s.log.Warn("subscribe: other nodes not told", "topic", req.Topic, "err", err)
 	}
 	ss.subs++
 	s.subs.Add(1)

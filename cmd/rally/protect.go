@@ -35,6 +35,7 @@ var (
 		{name: "nats-cluster-user", env: "RALLY_NATS_CLUSTER_USER", value: "USER"},
 		{name: "nats-cluster-password", env: "RALLY_NATS_CLUSTER_PASSWORD", value: "PASSWORD"},
 		{name: "nats-ready", env: "RALLY_NATS_READY"},
+		{name: "cluster-secret", env: "RALLY_CLUSTER_SECRET", value: "SECRET"},
 	}
 )
 
@@ -63,6 +64,7 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	fs.StringVar(&n.ClusterUser, "nats-cluster-user", "", "user name routes between embedded NATS servers present and demand")
 	fs.StringVar(&n.ClusterPassword, "nats-cluster-password", "", "password of --nats-cluster-user")
 	fs.BoolVar(&p.ReadyNeedsNATS, "nats-ready", false, "/readyz answers 503 while the connection to NATS is down")
+	fs.StringVar(&n.ClusterSecret, "cluster-secret", "", "secret that signs every message between nodes, the same on every node (at\nleast 16 bytes; needed with NATS): a message not signed with it is dropped")
 }
 
 // setRuntimeMemoryLimit makes the memory budget the Go runtime's soft

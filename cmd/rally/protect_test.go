@@ -77,6 +77,7 @@ nats-key = "nk.pem"
 nats-cluster-user = "cu"
 nats-cluster-password = "cp"
 nats-ready = true
+cluster-secret = "0123456789abcdef"
 memory-limit = "64MiB"
 max-header-bytes = 8192
 max-pending-handshakes = 10
@@ -98,6 +99,7 @@ func protectConfigChecks(s *serveSetup) map[string]bool {
 		"nats-cluster-user":      c.NATS.ClusterUser == "cu",
 		"nats-cluster-password":  c.NATS.ClusterPassword == "cp",
 		"nats-ready":             c.ReadyNeedsNATS,
+		"cluster-secret":         c.NATS.ClusterSecret == "0123456789abcdef",
 		"memory-limit":           c.MemoryLimit == 64<<20,
 		"max-header-bytes":       c.MaxHeaderBytes == 8192,
 		"max-pending-handshakes": c.MaxPendingHandshakes == 10,

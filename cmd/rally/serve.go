@@ -171,7 +171,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.BoolVar(&cfg.EventLoop, "event-loop", false, "run WebSocket connections on event loops (epoll, Linux) instead of a goroutine\neach: less memory per idle connection")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")
-	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(without --nats-user or --nats-token it has no auth: bind it where only\nyour nodes reach it)")
+	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(beyond loopback it needs --nats-user or --nats-token)")
 	fs.StringVar(&cfg.NATS.Cluster, "nats-cluster", "", "where the embedded NATS server listens for routes from other embedded servers")
 	fs.Var(routes, "nats-routes", "cluster addresses of other embedded NATS servers to route to")
 	protectFlags(fs, &cfg.Protection, &cfg.NATS)

@@ -1,10 +1,13 @@
 package natsbroker
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +49,13 @@ const maxSenders = 4096
 //
 // While NATS is reachable each message reaches every interested node once,
 // in the order its node published it. Across an outage delivery is at most
-// once: the NATS client keeps publishes for a while (8 MiB by default) and
-// sends them on reconnection, but messages may be lost, and a receiving
-// node counts those it can prove lost (Stats.Lost) and reports them.
+// once: a publish while the connection is down fails at once and is
+// counted (Stats.PublishFailed), and a receiving node counts the messages
+// it can prove lost (Stats.Lost) and reports them.
+//
+// With WithClusterSecret every message is signed, and one without a valid
+// signature, or a replay of one already seen, is dropped and counted
+// (Stats.Forged).
 //
 // A broker runs one goroutine that hands received messages to its hub, in
 // the order they came, whatever the number of topics. Up to 65536 may wait
@@ -68,6 +75,10 @@ type Broker struct {
 	out    map[string]*outTopic
 	stream uint32
 	outBuf []byte
+	outMAC hash.Hash // nil without a cluster secret
+
+	// inMAC checks what arrives; the delivery goroutine alone uses it.
+	inMAC hash.Hash
 
 	// subMu guards subs and bySub; the delivery goroutine reads bySub.
 	subMu sync.RWMutex
@@ -83,7 +94,7 @@ type Broker struct {
 
 	published, publishFailed, tooLarge   atomic.Uint64
 	received, lost, malformed            atomic.Uint64
-	invalidText                          atomic.Uint64
+	invalidText, forged                  atomic.Uint64
 	disconnects, reconnects, asyncErrors atomic.Uint64
 }
 
@@ -121,6 +132,9 @@ func New(url string, opts ...Option) (*Broker, error) {
 		done:    make(chan struct{}),
 		drained: make(chan struct{}),
 	}
+	if cfg.secret != nil {
+		b.outMAC, b.inMAC = hmac.New(sha256.New, cfg.secret), hmac.New(sha256.New, cfg.secret)
+	}
 
 	// The user's handlers run after the broker's own.
 	var theirs nats.Options
@@ -132,6 +146,10 @@ func New(url string, opts ...Option) (*Broker, error) {
 		nats.NoEcho(),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(cfg.reconnectWait),
+		// No buffer while reconnecting: a publish NATS cannot take now
+		// fails and is counted, instead of being counted as sent and
+		// lost with the buffer (or delivered late, after the outage).
+		nats.ReconnectBufSize(-1),
 	}
 	all = append(all, cfg.natsOptions...)
 	all = append(all,
@@ -206,8 +224,8 @@ func (b *Broker) Attach(node string, r pubsub.Receiver) error {
 // sends it without waiting for anyone to receive it. m.Payload is copied.
 // A message that does not fit in the server's max_payload with its header
 // gets an error wrapping pubsub.ErrTooLarge; while NATS is unreachable a
-// publish is kept for the reconnection until the client's buffer is full,
-// and refused after that.
+// publish is refused (and counted in Stats.PublishFailed), not kept for a
+// reconnection that may never come.
 func (b *Broker) Publish(m pubsub.Message) error {
 	a := b.att.Load()
 	if a == nil || b.closed.Load() {
@@ -217,6 +235,9 @@ func (b *Broker) Publish(m pubsub.Message) error {
 		return fmt.Errorf("natsbroker: publish on topic %q: message type %v is not Text or Binary", m.Topic, m.Type)
 	}
 	size := headerLen(len(a.node)) + len(m.Payload)
+	if b.outMAC != nil {
+		size += macLen
+	}
 	if max := b.nc.MaxPayload(); int64(size) > max {
 		b.tooLarge.Add(1)
 		return fmt.Errorf("%w: %d bytes on topic %q with the header, NATS carries at most %d (max_payload)", pubsub.ErrTooLarge, size, m.Topic, max)
@@ -233,6 +254,9 @@ func (b *Broker) Publish(m pubsub.Message) error {
 	}
 	t.seq++
 	msg := appendMessage(b.outBuf[:0], head{typ: m.Type, node: a.node, stream: b.stream, seq: t.seq}, m.Payload)
+	if b.outMAC != nil {
+		msg = sign(b.outMAC, t.subject, msg)
+	}
 	err := b.nc.Publish(t.subject, msg)
 	if err != nil {
 		t.seq--
@@ -317,8 +341,8 @@ func (b *Broker) Close() error {
 type Stats struct {
 	// Published counts messages handed to NATS.
 	Published uint64
-	// PublishFailed counts publishes NATS refused (unreachable with a
-	// full reconnection buffer, or closed).
+	// PublishFailed counts publishes NATS refused (unreachable, or
+	// closed).
 	PublishFailed uint64
 	// TooLarge counts publishes refused for max_payload.
 	TooLarge uint64
@@ -335,6 +359,10 @@ type Stats struct {
 	// InvalidText counts text messages dropped because they were not
 	// valid UTF-8.
 	InvalidText uint64
+	// Forged counts messages dropped because, with a cluster secret,
+	// they were not signed with it, or replayed a sequence number the
+	// sender had already used.
+	Forged uint64
 	// Disconnects and Reconnects count losses and recoveries of the
 	// connection to NATS.
 	Disconnects, Reconnects uint64
@@ -361,6 +389,7 @@ func (b *Broker) Stats() Stats {
 		Lost:          b.lost.Load(),
 		Malformed:     b.malformed.Load(),
 		InvalidText:   b.invalidText.Load(),
+		Forged:        b.forged.Load(),
 		Disconnects:   b.disconnects.Load(),
 		Reconnects:    b.reconnects.Load(),
 		AsyncErrors:   b.asyncErrors.Load(),
@@ -423,7 +452,17 @@ func (t *topicSub) handle(msg *nats.Msg) {
 	if a == nil || b.closed.Load() {
 		return
 	}
-	typ, node, stream, seq, payload, err := parseMessage(msg.Data)
+	data, version := msg.Data, byte(wireVersion)
+	if b.inMAC != nil {
+		var err error
+		if data, err = verify(b.inMAC, msg.Subject, data); err != nil {
+			b.forged.Add(1)
+			b.report(fmt.Errorf("natsbroker: dropped a message on topic %q: %w", t.topic, err))
+			return
+		}
+		version = wireSigned
+	}
+	typ, node, stream, seq, payload, err := parseMessage(data, version)
 	if err != nil {
 		b.malformed.Add(1)
 		b.report(fmt.Errorf("natsbroker: dropped a message on topic %q: %w", t.topic, err))
@@ -447,6 +486,11 @@ func (t *topicSub) handle(msg *nats.Msg) {
 		// is broken or forged. Keep counting from what was sane.
 		b.malformed.Add(1)
 		b.report(fmt.Errorf("natsbroker: dropped a message on topic %q from node %q: sequence %d jumps from %d", t.topic, p.node, seq, p.seq))
+		return
+	case seq <= p.seq && b.inMAC != nil:
+		// Signed, so a node's: but one it sent already.
+		b.forged.Add(1)
+		b.report(fmt.Errorf("natsbroker: dropped a replay on topic %q of node %q's message %d (its last was %d)", t.topic, p.node, seq, p.seq))
 		return
 	case seq > p.seq:
 		if gap := seq - p.seq - 1; gap > 0 {
@@ -474,3 +518,32 @@ func (b *Broker) Conn() *nats.Conn { return b.nc }
 
 // SubjectPrefix returns the prefix of the broker's subjects.
 func (b *Broker) SubjectPrefix() string { return b.cfg.prefix }
+
+// Sign returns data with what a node with the same cluster secret needs
+// to trust it on subject (Verify), for other traffic of the node on
+// Conn; without a secret it returns data as it is. It is safe for
+// concurrent use and does not keep data.
+func (b *Broker) Sign(subject string, data []byte) []byte {
+	if b.cfg.secret == nil {
+		return data
+	}
+	out := make([]byte, 0, 1+len(data)+macLen)
+	out = append(append(out, wireSigned), data...)
+	return sign(hmac.New(sha256.New, b.cfg.secret), subject, out)
+}
+
+// Verify returns what Sign was given, from a message that came on
+// subject, or an error if it was not signed with the cluster secret.
+// Without a secret it returns data as it is. It is safe for concurrent
+// use; the result aliases data.
+func (b *Broker) Verify(subject string, data []byte) ([]byte, error) {
+	if b.cfg.secret == nil {
+		return data, nil
+	}
+	body, err := verify(hmac.New(sha256.New, b.cfg.secret), subject, data)
+	if err != nil {
+		b.forged.Add(1)
+		return nil, err
+	}
+	return body[1:], nil
+}

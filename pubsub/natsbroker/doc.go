@@ -35,6 +35,12 @@
 //	8 bytes      the message's sequence number in its stream and topic, big endian
 //	rest         the payload
 //
+// With a cluster secret (WithClusterSecret) the format version is 2 and
+// the message ends with 32 more bytes: the HMAC-SHA256, under the secret,
+// of the subject, a zero byte and the message before them (version byte
+// included). A broker with a secret drops every message without a valid
+// one; a broker without a secret reads version 1 only.
+//
 // Each broker numbers its publishes per topic, 1, 2, 3 and so on, within a
 // stream it picks at random (and picks again when it forgets its counters).
 // A receiving broker that sees a number jump knows how many messages of

@@ -1,6 +1,8 @@
 package natsbroker
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"math"
 	"testing"
@@ -95,5 +97,42 @@ func TestEmbeddedServersRouteWithClusterAuthAndShareTopics(t *testing.T) {
 	pub.send("pub room hello")
 	if got := sub.read(); got != "hello" {
 		t.Fatalf("across the authenticated route: %q", got)
+	}
+}
+
+func TestBrokerWithAClusterSecretDropsAndCountsUnsignedForgedAndReplayedMessages(t *testing.T) {
+	secret := []byte("a cluster secret of 32 bytes....")
+	b := &Broker{cfg: config{secret: secret}, inMAC: hmac.New(sha256.New, secret)}
+	r := newRecorder()
+	b.att.Store(&attachment{node: "me", r: r})
+	const subject = "rally.tdA"
+	sub := &topicSub{b: b, topic: "t", last: map[string]*position{}}
+	message := func(seq uint64, payload string) []byte {
+		return appendMessage(nil, head{typ: rally.Text, node: "a", stream: 1, seq: seq}, []byte(payload))
+	}
+	signed := func(key []byte, subj string, seq uint64, payload string) []byte {
+		return sign(hmac.New(sha256.New, key), subj, message(seq, payload))
+	}
+	for _, data := range [][]byte{
+		signed(secret, subject, 1, "ok"),
+		message(2, "unsigned"),
+		signed([]byte("another secret of 32 bytes......"), subject, 2, "wrong key"),
+		signed(secret, "rally.tother", 2, "another topic's"),
+		signed(secret, subject, 1, "ok"), // a replay
+		signed(secret, subject, 2, "ok again"),
+	} {
+		sub.handle(&nats.Msg{Subject: subject, Data: data})
+	}
+	if forged, got := b.forged.Load(), b.received.Load(); forged != 4 || got != 2 {
+		t.Errorf("forged %d, received %d; want 4, 2", forged, got)
+	}
+	if len(r.msgs) != 2 || string(r.msgs[0].Payload) != "ok" || string(r.msgs[1].Payload) != "ok again" {
+		t.Errorf("delivered %v", r.msgs)
+	}
+	if p, err := b.Verify(subject, b.Sign(subject, []byte("presence"))); err != nil || string(p) != "presence" {
+		t.Errorf("Verify(Sign) = %q, %v", p, err)
+	}
+	if _, err := b.Verify(subject, []byte(`{"node":"x"}`)); err == nil {
+		t.Error("Verify of an unsigned announcement: nil error")
 	}
 }

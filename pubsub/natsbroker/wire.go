@@ -1,9 +1,11 @@
 package natsbroker
 
 import (
+	"crypto/hmac"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -13,8 +15,11 @@ import (
 
 const (
 	wireVersion = 1
-	wireText    = 1
-	wireBinary  = 2
+	// wireSigned is the version of a message that ends with its MAC.
+	wireSigned = 2
+	macLen     = 32 // HMAC-SHA256
+	wireText   = 1
+	wireBinary = 2
 	// maxNodeName is the longest node name the header can carry.
 	maxNodeName = 255
 )
@@ -67,15 +72,48 @@ func printableName(b []byte) bool {
 // printable quotes a name for an error message whatever its bytes.
 func printable(b []byte) string { return strconv.QuoteToASCII(string(b)) }
 
-// parseMessage splits a message into its header and payload, which
-// aliases p. The node name is returned as bytes aliasing p too, so that a
-// receiver can compare it without allocating.
-func parseMessage(p []byte) (typ rally.MessageType, node []byte, stream uint32, seq uint64, payload []byte, err error) {
+// sign turns msg, made by appendMessage, into a signed message: version
+// wireSigned, then the HMAC of subject, a zero byte and the message,
+// appended. mac is keyed with the cluster secret; the caller owns it.
+func sign(mac hash.Hash, subject string, msg []byte) []byte {
+	msg[0] = wireSigned
+	mac.Reset()
+	mac.Write([]byte(subject))
+	mac.Write([]byte{0})
+	mac.Write(msg)
+	return mac.Sum(msg)
+}
+
+var errUnsigned = errors.New("not signed with the cluster secret")
+
+// verify checks the MAC of a signed message that came on subject and
+// returns the message without it.
+func verify(mac hash.Hash, subject string, p []byte) ([]byte, error) {
+	if len(p) < 1+macLen || p[0] != wireSigned {
+		return nil, errUnsigned
+	}
+	body := p[:len(p)-macLen]
+	var sum [macLen]byte
+	mac.Reset()
+	mac.Write([]byte(subject))
+	mac.Write([]byte{0})
+	mac.Write(body)
+	if !hmac.Equal(mac.Sum(sum[:0]), p[len(body):]) {
+		return nil, errUnsigned
+	}
+	return body, nil
+}
+
+// parseMessage splits a message of format version (wireVersion, or
+// wireSigned once its MAC is checked and cut off) into its header and
+// payload, which aliases p. The node name is returned as bytes aliasing p
+// too, so that a receiver can compare it without allocating.
+func parseMessage(p []byte, version byte) (typ rally.MessageType, node []byte, stream uint32, seq uint64, payload []byte, err error) {
 	if len(p) < 3 {
 		return 0, nil, 0, 0, nil, errShort
 	}
-	if p[0] != wireVersion {
-		return 0, nil, 0, 0, nil, fmt.Errorf("format version %d, this node reads %d", p[0], wireVersion)
+	if p[0] != version {
+		return 0, nil, 0, 0, nil, fmt.Errorf("format version %d, this node reads %d", p[0], version)
 	}
 	switch p[1] {
 	case wireText:

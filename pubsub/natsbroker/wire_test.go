@@ -14,7 +14,7 @@ func TestMessageHeaderIsVersionTypeNodeStreamSequence(t *testing.T) {
 	if hex.EncodeToString(got) != want {
 		t.Fatalf("message = %x, want %s", got, want)
 	}
-	typ, node, stream, seq, payload, err := parseMessage(got)
+	typ, node, stream, seq, payload, err := parseMessage(got, wireVersion)
 	if err != nil || typ != rally.Binary || string(node) != "n1" || stream != 0x01020304 || seq != 5 || string(payload) != "hi" {
 		t.Fatalf("parseMessage = %v %q %x %d %q %v", typ, node, stream, seq, payload, err)
 	}
@@ -31,7 +31,7 @@ func TestParseMessageRefusesWhatItCannotRead(t *testing.T) {
 		"010101" + "6e" + "00000000" + "00000000000000",   // sequence cut short
 	} {
 		p, _ := hex.DecodeString(h)
-		if _, _, _, _, _, err := parseMessage(p); err == nil {
+		if _, _, _, _, _, err := parseMessage(p, wireVersion); err == nil {
 			t.Errorf("parseMessage(%s) = nil error, want one", h)
 		}
 	}
@@ -42,7 +42,7 @@ func FuzzParseMessage(f *testing.F) {
 	f.Add(appendMessage(nil, head{typ: rally.Binary, node: "node-7", stream: 9, seq: 1 << 40}, nil))
 	f.Add([]byte{1, 1, 255})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		typ, node, stream, seq, payload, err := parseMessage(p)
+		typ, node, stream, seq, payload, err := parseMessage(p, wireVersion)
 		if err != nil {
 			return
 		}
