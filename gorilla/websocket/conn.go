@@ -658,6 +658,9 @@ func (c *Conn) WriteControl(messageType int, data []byte, deadline time.Time) er
 			return ErrCloseSent
 		}
 		ctx := context.Background()
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
+		}
 		if !deadline.IsZero() {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, deadline)

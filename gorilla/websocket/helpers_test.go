@@ -71,3 +71,31 @@ func dial(t *testing.T, url string, h http.Header) *websocket.Conn {
 	c.SetReadDeadline(time.Now().Add(wait))
 	return c
 }
+
+// upgraded serves u and hands each upgraded connection to the test.
+func upgraded(t *testing.T, u *websocket.Upgrader) (string, <-chan *websocket.Conn) {
+	t.Helper()
+	ch := make(chan *websocket.Conn, 4)
+	url := server(t, func(w http.ResponseWriter, r *http.Request) {
+		c, err := u.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		t.Cleanup(func() { c.Close() })
+		ch <- c
+	})
+	return url, ch
+}
+
+// receive waits for the next upgraded connection.
+func receive(t *testing.T, ch <-chan *websocket.Conn) *websocket.Conn {
+	t.Helper()
+	select {
+	case c := <-ch:
+		c.SetReadDeadline(time.Now().Add(wait))
+		return c
+	case <-time.After(wait):
+		t.Fatal("no connection was upgraded")
+		return nil
+	}
+}
