@@ -2,6 +2,9 @@ package websocket_test
 
 import (
 	"bufio"
+	"crypto/sha1"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/binary"
 	"io"
 	"net"
@@ -130,3 +133,11 @@ func (p *rawPeer) closeCode() int {
 		return int(binary.BigEndian.Uint16(payload))
 	}
 }
+
+// acceptKey is Sec-WebSocket-Accept for key (RFC 6455 4.2.2).
+func acceptKey(key string) string {
+	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+type x509CertPool = x509.CertPool
