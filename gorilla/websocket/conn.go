@@ -429,8 +429,8 @@ func (c *Conn) readError(err error) error {
 // every time (so that reading costs no allocation), reading the current
 // message. After an error, every later call returns the same error.
 func (c *Conn) NextReader() (messageType int, r io.Reader, err error) {
-	if c.readErr != nil {
-		return -1, nil, c.readErr
+	if err := c.readState(); err != nil {
+		return -1, nil, err
 	}
 	c.reader.active = false
 	typ, mr, err := c.rc.Reader(c.rdl.context())
@@ -453,8 +453,8 @@ func (c *Conn) ReadMessage() (messageType int, p []byte, err error) {
 		p, err := io.ReadAll(r)
 		return typ, p, err
 	}
-	if c.readErr != nil {
-		return -1, nil, c.readErr
+	if err := c.readState(); err != nil {
+		return -1, nil, err
 	}
 	c.reader.active = false
 	typ, p, err := c.rc.Read(c.rdl.context())
@@ -463,6 +463,15 @@ func (c *Conn) ReadMessage() (messageType int, p []byte, err error) {
 		return -1, nil, c.readErr
 	}
 	return int(typ), p, nil
+}
+
+// readState returns the error that keeps the read side shut, if any: a
+// read starting after its deadline passed fails at once, as a net.Conn's.
+func (c *Conn) readState() error {
+	if c.readErr == nil && c.rdl.active.Load() && c.rdl.Err() == errDeadline {
+		c.readErr = c.readError(errDeadline)
+	}
+	return c.readErr
 }
 
 // messageReader reads the payload of the current message.
@@ -505,6 +514,10 @@ func (r *messageReader) Read(p []byte) (int, error) {
 func (c *Conn) writeState() error {
 	if c.closeSent.Load() {
 		return ErrCloseSent
+	}
+	if c.wdl.active.Load() && c.wdl.Err() == errDeadline {
+		// A write starting after its deadline passed fails at once.
+		return c.writeResult(errDeadline)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
