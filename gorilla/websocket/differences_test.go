@@ -171,4 +171,3 @@ func TestDifferenceNextReaderIsReused(t *testing.T) {
 		t.Fatalf("got %q, %v", b, err)
 	}
 }
-
