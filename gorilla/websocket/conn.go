@@ -191,7 +191,8 @@ type Conn struct {
 	wmu        sync.Mutex
 	writeErr   error
 	closeSent  atomic.Bool
-	closedHere atomic.Bool // Close was called
+	closedHere atomic.Bool   // Close was called
+	closing    chan struct{} // closed when the close handshake closeWith began has ended
 }
 
 // newConn makes a Conn whose rally connection is still to come.
@@ -214,17 +215,36 @@ func (c *Conn) connOptions() rally.ConnOptions {
 // Subprotocol returns the subprotocol chosen in the handshake, or "".
 func (c *Conn) Subprotocol() string { return c.subprotocol }
 
-// Close closes the network connection at once, without sending a close
-// message (to close cleanly, send one with WriteControl first). A read in
-// progress returns an error. If the close handshake already happened,
-// rally lets its close frame go out before the TCP connection ends.
+// Close closes the network connection without sending a close message
+// (to close cleanly, send one with WriteControl first). A read in progress
+// returns an error. If a close message was sent, Close first gives the
+// close handshake up to closeWait to finish, so that the peer gets the
+// close frame rather than a cut connection (gorilla writes the frame
+// synchronously; rally sends it on the goroutine that waits for the
+// answer). If the peer's close already arrived, rally lets its answer go
+// out before the TCP connection ends.
 func (c *Conn) Close() error {
 	if c.closedHere.Swap(true) {
 		return &net.OpError{Op: "close", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: net.ErrClosed}
 	}
+	c.wmu.Lock()
+	closing := c.closing
+	c.wmu.Unlock()
+	if closing != nil {
+		t := time.NewTimer(closeWait)
+		select {
+		case <-closing:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	c.rc.CloseNow()
 	return nil
 }
+
+// closeWait bounds how long Close waits for a close handshake begun by a
+// close message.
+const closeWait = time.Second
 
 // LocalAddr returns the local network address.
 func (c *Conn) LocalAddr() net.Addr { return c.rc.LocalAddr() }
@@ -705,5 +725,12 @@ func (c *Conn) WriteControl(messageType int, data []byte, deadline time.Time) er
 // the handshake (bounded by its close timeout) on a goroutine of its own.
 func (c *Conn) closeWith(code uint16, reason string) {
 	c.closeSent.Store(true)
-	go c.rc.Close(code, reason)
+	done := make(chan struct{})
+	c.wmu.Lock()
+	c.closing = done
+	c.wmu.Unlock()
+	go func() {
+		defer close(done)
+		c.rc.Close(code, reason)
+	}()
 }
