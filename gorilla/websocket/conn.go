@@ -318,7 +318,7 @@ func (c *Conn) SetPingHandler(h func(appData string) error) {
 		return
 	}
 	c.ping.Store(&h)
-	c.rdl.active.Store(true)
+	c.rdl.pin()
 }
 
 // PingHandler returns the ping handler. The default one answers with a
@@ -348,7 +348,7 @@ func (c *Conn) SetPongHandler(h func(appData string) error) {
 		return
 	}
 	c.pong.Store(&h)
-	c.rdl.active.Store(true)
+	c.rdl.pin()
 }
 
 // PongHandler returns the pong handler.

@@ -24,6 +24,7 @@ var (
 // context.Background, which costs nothing per message.
 type deadline struct {
 	active atomic.Bool
+	pinned atomic.Bool // a handler may abort: stay active without a deadline
 
 	mu     sync.Mutex
 	at     time.Time
@@ -50,9 +51,7 @@ func (d *deadline) context() context.Context {
 
 // set moves the deadline to t (zero: none).
 func (d *deadline) set(t time.Time) {
-	if !t.IsZero() {
-		d.active.Store(true)
-	}
+	d.active.Store(!t.IsZero() || d.pinned.Load())
 	d.mu.Lock()
 	d.at = t
 	if d.err == errDeadline {
@@ -100,8 +99,14 @@ func (d *deadline) expire() {
 
 // abort ends the current operation because a handler returned cause.
 func (d *deadline) abort(cause error) {
-	d.active.Store(true)
 	d.fire(errAborted, cause)
+}
+
+// pin keeps the context in use without a deadline, for handlers that may
+// abort the read in progress.
+func (d *deadline) pin() {
+	d.pinned.Store(true)
+	d.active.Store(true)
 }
 
 // takeCause returns and forgets the handler error that aborted an

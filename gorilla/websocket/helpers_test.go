@@ -15,7 +15,7 @@ import (
 const wait = 20 * time.Second
 
 // server runs handler behind an httptest server and returns its ws:// URL.
-func server(t *testing.T, handler http.HandlerFunc) string {
+func server(t testing.TB, handler http.HandlerFunc) string {
 	t.Helper()
 	s := httptest.NewServer(handler)
 	t.Cleanup(s.Close)
@@ -73,7 +73,7 @@ func dial(t *testing.T, url string, h http.Header) *websocket.Conn {
 }
 
 // upgraded serves u and hands each upgraded connection to the test.
-func upgraded(t *testing.T, u *websocket.Upgrader) (string, <-chan *websocket.Conn) {
+func upgraded(t testing.TB, u *websocket.Upgrader) (string, <-chan *websocket.Conn) {
 	t.Helper()
 	ch := make(chan *websocket.Conn, 4)
 	url := server(t, func(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +88,7 @@ func upgraded(t *testing.T, u *websocket.Upgrader) (string, <-chan *websocket.Co
 }
 
 // receive waits for the next upgraded connection.
-func receive(t *testing.T, ch <-chan *websocket.Conn) *websocket.Conn {
+func receive(t testing.TB, ch <-chan *websocket.Conn) *websocket.Conn {
 	t.Helper()
 	select {
 	case c := <-ch:

@@ -17,14 +17,14 @@ import (
 // rawPeer is a client written by hand from RFC 6455, to send the server
 // frames no well-behaved library would, and to see the bytes it answers.
 type rawPeer struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	br *bufio.Reader
 }
 
 // rawDial opens a TCP connection to the ws:// url and completes the
 // opening handshake.
-func rawDial(t *testing.T, url string) *rawPeer {
+func rawDial(t testing.TB, url string) *rawPeer {
 	t.Helper()
 	host := strings.TrimPrefix(url, "ws://")
 	path := "/"
@@ -141,3 +141,14 @@ func acceptKey(key string) string {
 }
 
 type x509CertPool = x509.CertPool
+
+var timeZero time.Time
+
+// writerConn is a net.Conn whose writes go to w: a rawPeer over it
+// records the frames it would send.
+type writerConn struct {
+	net.Conn
+	w io.Writer
+}
+
+func (c writerConn) Write(p []byte) (int, error) { return c.w.Write(p) }
