@@ -52,6 +52,8 @@
 //   - NextReader returns the same reader each time (no allocation per
 //     message); a reader kept past the next read call reads the current
 //     message instead of returning io.EOF.
+//   - Close after a close message waits (at most a second) for the close
+//     handshake, so that the peer gets the close frame.
 //   - ReadBufferSize, WriteBufferSize, WriteBufferPool,
 //     Upgrader.HandshakeTimeout and SetCompressionLevel are accepted and
 //     have no effect: rally sizes and pools its buffers itself, and
