@@ -45,6 +45,8 @@ var peers = []peer{
 		How: "the rally peer's code with rally.Server.EventLoop set: the connections run on event loops (epoll), not a goroutine each"},
 	{Name: "gorilla", Kind: "go", Compress: true, Pkg: "./peers/gorilla",
 		How: "gorilla/websocket: ReadMessage/WriteMessage; chat: PreparedMessage per message, a write mutex per connection"},
+	{Name: "gorilla-api on rally", Kind: "go", Compress: true, Pkg: "./peers/gorilla-on-rally",
+		How: "the gorilla peer's program with its import changed to github.com/rallyws/rally/gorilla/websocket: gorilla's API on rally's engine"},
 	{Name: "coder", Kind: "go", Compress: true, Pkg: "./peers/coder",
 		How: "coder/websocket: Accept, Read, Write; chat: Write to each member (read limit raised to 1 MiB)"},
 	{Name: "gobwas", Kind: "go", Pkg: "./peers/gobwas",
