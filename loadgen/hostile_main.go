@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/rallyws/rally/internal/cli"
 )
 
 // HostileMain runs `rally bench SCENARIO URL [flags]` for a hostile
@@ -29,13 +31,14 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var cfg HostileConfig
 	fs.IntVar(&cfg.Conns, "conns", 0, "attacking connections (default: the scenario's)")
-	fs.IntVar(&cfg.Size, "size", 0, "bytes of a held head (head-hold, default 1 MiB) or message (partial, default 16 MiB - 1)")
+	cli.BytesVar(fs, &cfg.Size, "size", 0, "bytes of a held head (head-hold, default 1 MiB) or message (partial, default 16 MiB - 1)")
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the attack is held")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long after the attack the server's memory is read again")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine, to read its memory")
 	fs.StringVar(&cfg.MetricsURL, "metrics", "", "the server's Prometheus metrics URL, to read its memory (process_resident_memory_bytes)")
 	fs.StringVar(&cfg.ProbeURL, "probe", "", "echo endpoint probed by a fresh client (default: /echo on the attacked host)")
-	maxRSS := fs.Int64("max-rss", 600e6, "verdict: the server's peak RSS in bytes at most")
+	var maxRSS int64
+	cli.BytesVar(fs, &maxRSS, "max-rss", 600e6, "verdict: the server's peak RSS in bytes at most")
 	fs.DurationVar(&cfg.MaxProbeP99, "max-p99", 100*time.Millisecond, "verdict: the probe's p99 at most")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	jsonFile := fs.String("json-file", "", "also write the result as JSON to this file")
@@ -59,7 +62,7 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	cfg.Scenario, cfg.URL, cfg.MaxRSS = positional[0], positional[1], *maxRSS
+	cfg.Scenario, cfg.URL, cfg.MaxRSS = positional[0], positional[1], maxRSS
 	if cfg.Conns < 0 || cfg.Size < 0 || cfg.Duration <= 0 || cfg.Settle < 0 || cfg.MaxRSS <= 0 {
 		fmt.Fprintln(stderr, "rally bench: --conns, --size, --duration, --settle and --max-rss must be positive")
 		return 2

@@ -49,7 +49,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("rally bench")
 	var cfg Config
 	fs.IntVar(&cfg.Conns, "conns", 0, "connections, clients or workers (default: echo 64, chat 32, connect 16, idle 1000)")
-	fs.IntVar(&cfg.Size, "size", 0, "payload bytes of each message (default 16; throughput 262144)")
+	cli.BytesVar(fs, &cfg.Size, "size", 0, "payload bytes of each message (default 16; throughput 262144)")
 	fs.BoolVar(&cfg.Text, "text", false, "send text (non-ASCII UTF-8) messages (default: true for echo and chat, false for throughput)")
 	fs.IntVar(&cfg.InFlight, "inflight", 0, "messages outstanding per connection, or sent per round in chat (default: echo 1, chat 8)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured window (idle: how long connections are held)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -210,4 +211,59 @@ func TestServeEventLoopAndReusePortComeFromTheEnvironment(t *testing.T) {
 	if status >= 0 || !s.cfg.EventLoop || !s.cfg.ReusePort {
 		t.Fatalf("exit %d (%s), want both set: %+v", status, errOut.String(), s)
 	}
+}
+
+// Every byte-size flag of rally serve takes the same sizes, from the
+// command line, the environment and the config file alike.
+func TestServeSizeFlagsTakeUnitsFromEverySource(t *testing.T) {
+	sizes := func(s *serveSetup) map[string]int64 {
+		return map[string]int64{
+			"max-message-bytes":      int64(s.cfg.MaxMessageBytes),
+			"buffer-limit":           int64(s.cfg.BufferLimit),
+			"memory-limit":           s.cfg.Protection.MemoryLimit,
+			"max-header-bytes":       int64(s.cfg.Protection.MaxHeaderBytes),
+			"echo-max-message-bytes": int64(s.cfg.Protection.EchoMaxMessageBytes),
+		}
+	}
+	given := map[string]struct {
+		value string
+		want  int64
+	}{
+		"max-message-bytes":      {"64KiB", 64 << 10},
+		"buffer-limit":           {"1MiB", 1 << 20},
+		"memory-limit":           {"512MB", 512e6},
+		"max-header-bytes":       {"32768", 32 << 10},
+		"echo-max-message-bytes": {"16MiB", 16 << 20},
+	}
+	for name, g := range given {
+		env := "RALLY_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		for _, src := range []struct {
+			how  string
+			args func(t *testing.T) []string
+		}{
+			{"flag", func(*testing.T) []string { return []string{"--" + name, g.value} }},
+			{"env", func(t *testing.T) []string { t.Setenv(env, g.value); return nil }},
+			{"file", func(t *testing.T) []string {
+				return []string{"--config", writeConfig(t, fmt.Sprintf("%s = %q\n", name, g.value))}
+			}},
+		} {
+			t.Run(name+"/"+src.how, func(t *testing.T) {
+				var out, errOut bytes.Buffer
+				s, status := parseServe(src.args(t), &out, &errOut)
+				if status >= 0 {
+					t.Fatalf("%s %s: exit %d: %s", src.how, g.value, status, errOut.String())
+				}
+				if got := sizes(s)[name]; got != g.want {
+					t.Errorf("%s %s: %d, want %d", src.how, g.value, got, g.want)
+				}
+			})
+		}
+	}
+	t.Run("buffer-limit -1 is still no limit", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		s, status := parseServe([]string{"--buffer-limit", "-1"}, &out, &errOut)
+		if status >= 0 || s.cfg.BufferLimit != -1 {
+			t.Fatalf("exit %d: %s", status, errOut.String())
+		}
+	})
 }
