@@ -127,6 +127,10 @@ func TestEveryCommandReportsAWrongCommandLineInOneLineWithStatus2(t *testing.T) 
 		{[]string{"serve", "--max-subscriptions", "0"}, "rally serve", "--max-subscriptions is 0"},
 		{[]string{"serve", "--log-format", "xml"}, "rally serve", "--log-format"},
 		{[]string{"serve", "extra"}, "rally serve", `unexpected argument "extra"`},
+		{[]string{"serve", "--token-secret", "short"}, "rally serve", "--token-secret is 5 bytes"},
+		{[]string{"serve", "--addr", "localhost"}, "rally serve", `--addr "localhost" is not HOST:PORT`},
+		{[]string{"serve", "--addr", "127.0.0.1:99999"}, "rally serve", `--addr "127.0.0.1:99999": the port must be`},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--history", "bad topic*"}, "rally serve", `pattern "bad topic*" can never match`},
 		{[]string{"cat", "-x", "hi", "not-a-url"}, "rally cat", "not a URL"},
 		{[]string{"cat", "--bogus", "ws://127.0.0.1:1/"}, "rally cat", "unknown flag --bogus"},
 		{[]string{"cat", "ws://127.0.0.1:1/", "-w"}, "rally cat", "-w needs a value"},
@@ -145,6 +149,9 @@ func TestEveryCommandReportsAWrongCommandLineInOneLineWithStatus2(t *testing.T) 
 	} {
 		status, stdout, stderr := runRally(t, nil, tc.args...)
 		oneLine(t, tc.args, status, stdout, stderr, tc.cmd)
+		if n := strings.Count(stderr, "--help"); n != 1 {
+			t.Errorf("rally %q: stderr %q points to --help %d times, want once", tc.args, stderr, n)
+		}
 		if !strings.Contains(stderr, tc.says) {
 			t.Errorf("rally %q: stderr %q, want it to say %q", tc.args, stderr, tc.says)
 		}

@@ -43,7 +43,7 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	def := server.DefaultMemoryLimit()
 	p.MemoryLimit = def
 	fs.Var(&byteSize{v: &p.MemoryLimit, min: 32 << 20, max: 2 * def, off: true, def: fmt.Sprintf("%.1fGiB (half of this machine's memory)", float64(def)/(1<<30))}, "memory-limit",
-		"memory budget: past 80% of it new WebSocket handshakes get 503; also the Go\nruntime's soft limit (unless GOMEMLIMIT is set); at most this machine's\nmemory; \"off\": no limit")
+		"memory budget: from 80% of it the clients holding the most are cut (1013);\npast 90% of it new WebSocket handshakes get 503; also the Go runtime's soft\nlimit (unless GOMEMLIMIT is set); at most this machine's memory; \"off\": no\nlimit")
 	p.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	fs.Var(&cli.Bytes[int]{P: &p.MaxHeaderBytes, Min: 1 << 10, Max: 1 << 20}, "max-header-bytes", "largest request head; larger get 431")
 	p.MaxPendingHandshakes = server.DefaultMaxPendingHandshakes

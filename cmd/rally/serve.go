@@ -230,6 +230,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	srv, err := server.New(s.cfg)
 	if err != nil {
+		var ce *server.ConfigError
+		if errors.As(err, &ce) {
+			// A setting with no meaning: a wrong command line.
+			fmt.Fprintf(stderr, "%s (see rally serve --help)\n", prefixed("rally serve", err))
+			return 2
+		}
 		fmt.Fprintln(stderr, prefixed("rally serve", err))
 		return 1
 	}
@@ -300,7 +306,7 @@ func serveConfigFile(fs *flag.FlagSet, path string, given map[string]bool) error
 	}
 	for _, key := range sortedKeys(file) {
 		if !known[key] {
-			return cli.Usagef("%s: unknown key %q (the keys are the flag names of rally serve --help)", path, key)
+			return cli.Usagef("%s: unknown key %q (the keys are the flag names, without dashes)", path, key)
 		}
 		if given[key] {
 			continue

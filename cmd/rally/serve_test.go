@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -188,7 +189,7 @@ func TestServeRefusesAConfigFileWithAnUnknownKeyOrABadValueInOneLine(t *testing.
 		args := []string{"serve", "--config", file}
 		status, stdout, stderr := runRally(t, nil, args...)
 		oneLine(t, args, status, stdout, stderr, "rally serve")
-		if !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "s3cret") {
+		if !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "s3cret") || strings.Count(stderr, "--help") != 1 {
 			t.Errorf("config %q: stderr %q, want it to say %q without any value", tc.text, stderr, tc.says)
 		}
 	}
@@ -266,4 +267,29 @@ func TestServeSizeFlagsTakeUnitsFromEverySource(t *testing.T) {
 			t.Fatalf("exit %d: %s", status, errOut.String())
 		}
 	})
+}
+
+// --help and docs/SERVE.md say the same of what the code does: the
+// token is needed on /ws, /chat and /echo (server tests pin that), and
+// handshakes get 503 past 90% of --memory-limit (rally.MemoryBudget).
+func TestServeHelpAndTheDocsAgreeOnTokensAndTheMemoryLimit(t *testing.T) {
+	var help bytes.Buffer
+	if code := run([]string{"serve", "--help"}, &help, io.Discard); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	doc, err := os.ReadFile("../../docs/SERVE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	for _, tc := range []struct{ text, says string }{
+		{flat(help.String()), "/ws, /chat and /echo clients must present"},
+		{flat(help.String()), "past 90% of it new WebSocket handshakes get 503"},
+		{flat(string(doc)), "`/ws`, `/chat` and `/echo` need a JWT"},
+		{flat(string(doc)), "past 90% of it, or the process holds all of it, new WebSocket handshakes get 503"},
+	} {
+		if !strings.Contains(tc.text, tc.says) {
+			t.Errorf("does not say %q", tc.says)
+		}
+	}
 }
