@@ -78,6 +78,8 @@ func (b *Bytes[T]) String() string {
 	return ShowBytes(int64(*b.P))
 }
 
+func (b *Bytes[T]) isBytes() {}
+
 // Get returns the size, as a T.
 func (b *Bytes[T]) Get() any { return *b.P }
 
