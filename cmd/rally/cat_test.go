@@ -583,12 +583,24 @@ func TestCatPrintsTheEchoOfAPipedLineWithoutAnyFlag(t *testing.T) {
 	}
 }
 
-func TestCatSendsAStdinLineLongerThanTheOldSixteenMiBLimit(t *testing.T) {
+// A line of any length is read whole: past the old scanner's 16 MiB
+// (which printed "token too long" and exited 0) without the network, and
+// past bufio's 64 KiB buffer through a server.
+func TestCatReadsStdinLinesOfAnyLength(t *testing.T) {
 	const n = 17 << 20
-	url := startEcho(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: 32 << 20}}, echoBehaviour{})
-	status, out, errs := runCat(t, strings.Repeat("a", n)+"\n", "--read-limit", "32MiB", url)
-	if status != 0 || len(out) != n+1 || strings.Contains(errs, "too long") {
-		t.Fatalf("status %d, %d bytes echoed, stderr %q; want 0 and the %d-byte line back", status, len(out), errs, n)
+	var got []int
+	err := readLines(strings.NewReader(strings.Repeat("a", n)+"\nb\r\n\nlast"), func(line []byte) bool {
+		got = append(got, len(line))
+		return true
+	})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint([]int{n, 1, 0, 4}) {
+		t.Fatalf("lines of %v bytes, %v; want %d, 1, 0 and 4", got, err, n)
+	}
+	url := startEcho(t, nil, echoBehaviour{})
+	const m = 200 << 10
+	status, out, errs := runCat(t, strings.Repeat("a", m)+"\n", url)
+	if status != 0 || len(out) != m+1 {
+		t.Fatalf("status %d, %d bytes echoed, stderr %q; want 0 and the %d-byte line back", status, len(out), errs, m)
 	}
 }
 

@@ -148,6 +148,7 @@ func TestEveryCommandReportsAWrongCommandLineInOneLineWithStatus2(t *testing.T) 
 		{[]string{"conform", "list", "--bogus"}, "rally conform list", "unknown flag --bogus"},
 		{[]string{"conform", "fuzz"}, "rally conform", `unknown mode "fuzz"`},
 		{[]string{"version", "extra"}, "rally version", `unexpected argument "extra"`},
+		{[]string{"token", "--subscribe", "a", "extra"}, "rally token", `unexpected argument "extra"`},
 		{[]string{"--bogus"}, "rally", `unknown command "--bogus"`},
 	} {
 		status, stdout, stderr := runRally(t, nil, tc.args...)
@@ -170,6 +171,7 @@ func TestEveryCommandPrintsItsHelpOnStdoutWithFlagsWrittenWithTwoDashes(t *testi
 		{"bench", "--help"},
 		{"bench", "-h"},
 		{"bench", "slowloris", "--help"},
+		{"token", "--help"},
 		{"conform", "--help"},
 		{"conform", "server", "--help"},
 		{"conform", "client", "--help"},
@@ -185,7 +187,7 @@ func TestEveryCommandPrintsItsHelpOnStdoutWithFlagsWrittenWithTwoDashes(t *testi
 	}
 	// The top-level help lists every command.
 	_, top, _ := runRally(t, nil, "--help")
-	for _, c := range []string{"rally serve", "rally cat", "rally bench", "rally conform server", "rally conform client", "rally conform list", "rally version"} {
+	for _, c := range []string{"rally serve", "rally cat", "rally bench", "rally conform server", "rally conform client", "rally conform list", "rally token", "rally version"} {
 		if !strings.Contains(top, c) {
 			t.Errorf("rally --help does not list %q", c)
 		}
