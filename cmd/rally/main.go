@@ -91,6 +91,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// Stamped by release builds (make release):
+//
+//	go build -ldflags "-X main.stampVersion=v1.2.3 -X main.stampCommit=abc123" ./cmd/rally
+//
+// When set, they win over what the Go toolchain recorded.
+var stampVersion, stampCommit string
+
 // pseudoCommit finds the commit in a pseudo-version such as
 // v0.0.0-20261203022347-744e443e5b0c, which is all `go install
 // module@version` records of it.
@@ -116,6 +123,12 @@ func version() string {
 		if m := pseudoCommit.FindStringSubmatch(mod); m != nil && commit == "(unknown)" {
 			commit = m[1]
 		}
+	}
+	if stampVersion != "" {
+		mod = stampVersion
+	}
+	if stampCommit != "" {
+		commit = stampCommit
 	}
 	if modified {
 		commit += " (with local changes)"
