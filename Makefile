@@ -16,6 +16,9 @@
 #   make hold100k  100,000 idle WebSockets on rally serve processes sharing a
 #                port, a broadcast to all of them (scripts/hold-100k.sh; a few
 #                minutes; HOLD100K_FLAGS=--event-loop for the event loops)
+#   make release cross-compiles rally for linux, darwin and windows on amd64
+#                and arm64 into dist/, version and commit stamped in, with
+#                SHA-256 checksums (dist/SHA256SUMS); VERSION=v1.2.3 to name it
 #   make fuzz    every fuzz target of the module for FUZZTIME each (default 1m);
 #                findings land in the package's testdata/fuzz
 
@@ -23,7 +26,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test test-qemu setup bench fmt hostile fuzz hold100k
+.PHONY: check test test-qemu setup bench fmt hostile fuzz hold100k release
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -78,3 +81,20 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+
+# Static binaries (CGO_ENABLED=0), one per platform, named
+# rally-VERSION-OS-ARCH[.exe], and their SHA-256 sums.
+release:
+	rm -rf dist && mkdir -p dist
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
+		out=dist/rally-$(VERSION)-$$os-$$arch$$ext; echo "== $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath \
+			-ldflags "-s -w -X main.stampVersion=$(VERSION) -X main.stampCommit=$(COMMIT)" \
+			-o $$out ./cmd/rally; \
+	done
+	cd dist && sha256sum rally-* > SHA256SUMS && cat SHA256SUMS

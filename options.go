@@ -41,6 +41,13 @@ type ConnOptions struct {
 	// a negative value means no limit.
 	ReadLimit int64
 
+	// ReadLimitReason, when set, is the reason of the 1009 close a message
+	// larger than ReadLimit gets, instead of "message larger than the read
+	// limit": say the limit and what raises it, so that the peer's user
+	// can act ("message larger than 1 MiB; raise it with --max-bytes").
+	// A reason longer than 123 bytes is cut there.
+	ReadLimitReason string
+
 	// MaxFragments is the largest number of frames one message may span
 	// (1008 past it). 0 means DefaultMaxFragments; negative means no limit.
 	MaxFragments int
@@ -320,6 +327,7 @@ const (
 // connection would call it.
 type optionsKey struct {
 	readLimit                int64
+	readLimitReason          string
 	maxFragments             int
 	ping, idle, close, stall time.Duration
 	onPing, onPong, onDrain  unsafe.Pointer
@@ -337,7 +345,7 @@ func funcID[F any](f F) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointe
 
 func (o *ConnOptions) key() optionsKey {
 	return optionsKey{
-		readLimit: o.ReadLimit, maxFragments: o.MaxFragments,
+		readLimit: o.ReadLimit, readLimitReason: o.ReadLimitReason, maxFragments: o.MaxFragments,
 		ping: o.PingInterval, idle: o.IdleTimeout, close: o.CloseTimeout, stall: o.WriteStallTimeout,
 		onPing: funcID(o.OnPing), onPong: funcID(o.OnPong), onDrain: funcID(o.OnDrain),
 		logger: o.Logger, bufferLimit: o.BufferLimit, action: o.BufferLimitAction,

@@ -22,7 +22,7 @@ func TestConnectionsShareOptionsOnlyWhenEveryFieldIsEqual(t *testing.T) {
 	// One value per field, other than base's; a new field of ConnOptions
 	// fails here until it is part of optionsKey.
 	other := map[string]any{
-		"ReadLimit": int64(7), "MaxFragments": 3, "PingInterval": time.Second,
+		"ReadLimit": int64(7), "ReadLimitReason": "too big", "MaxFragments": 3, "PingInterval": time.Second,
 		"IdleTimeout": time.Minute, "CloseTimeout": time.Hour,
 		"OnPing": func(*Conn, []byte) {}, "OnPong": func(*Conn, []byte) {},
 		"Logger": slog.New(slog.DiscardHandler), "BufferLimit": 9,

@@ -418,6 +418,9 @@ func (c *Conn) violated(err error) error {
 		pe = &frame.ProtocolError{Code: frame.CloseProtocolError, Rule: err.Error()}
 	}
 	reason := closeReason(pe.Rule)
+	if pe.Code == frame.CloseTooBig && c.opts.ReadLimitReason != "" {
+		reason = closeReason(c.opts.ReadLimitReason)
+	}
 	c.closeWithCode(pe.Code, reason)
 	return c.endRead(&CloseError{Code: pe.Code, Reason: reason, Err: pe}, true)
 }

@@ -2,6 +2,7 @@ package conform
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,7 +17,8 @@ import (
 )
 
 const usage = `Usage:
-  rally conform server [flags] URL          test the echo server at URL (ws://host:port/path)
+  rally conform server [flags] URL          test the echo server at URL (ws://host:port/path;
+                                            http:// is the same)
   rally conform client --addr HOST:PORT [flags]
                                             serve the cases to clients on the fuzzing-server
                                             paths (/getCaseCount, /runCase, /updateReports)
@@ -29,12 +31,14 @@ Run 'rally conform MODE --help' for the flags of a mode.
 var modeUsage = map[string]string{
 	"server": `Usage: rally conform server [flags] URL
 
-Runs every selected case against the WebSocket server at URL (ws://), which
-must echo each message back with its own frame type. The last line is the
-count of verdicts; each case not OK is listed above it.
+Runs every selected case against the WebSocket server at URL (ws://, or
+http:// for the same; wss:// and https:// with --http2), which must echo
+each message back with its own frame type. The last line is the count of
+verdicts; each case not OK is listed above it.
 
 Exit status: 0 when every case is OK or INFORMATIONAL, 1 when one is not,
-2 for a usage error or when the server cannot be reached.
+2 for a usage error or when the server cannot be reached (at the start, or
+any more during the run: one line says so and the run stops).
 
 Flags:
 `,
@@ -128,7 +132,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %s\n", cmd, strings.TrimPrefix(err.Error(), "conform: "))
-		if rep == nil {
+		var gone *peerGoneError
+		if rep == nil || errors.As(err, &gone) {
 			return 2
 		}
 	}

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,7 +312,7 @@ func TestMainListsTheSelectedCases(t *testing.T) {
 }
 
 func TestMainRejectsBadUsageWithStatus2(t *testing.T) {
-	for _, args := range [][]string{nil, {"server"}, {"client"}, {"nonsense"}, {"server", "http://x/"}, {"server", "--bogus", "ws://x/"}} {
+	for _, args := range [][]string{nil, {"server"}, {"client"}, {"nonsense"}, {"server", "ftp://x/"}, {"server", "--bogus", "ws://x/"}} {
 		var out, errb bytes.Buffer
 		if code := Main(args, &out, &errb); code != 2 {
 			t.Errorf("Main(%q) = %d, want 2", args, code)
@@ -376,5 +378,43 @@ func TestClientCasesNoClientRanAreFailed(t *testing.T) {
 	got := verdicts(rep)
 	if got["2.1"] != OK || got["2.2"] != Failed || rep.Agent != "lazy" {
 		t.Fatalf("verdicts %v agent %q; want 2.1 OK, 2.2 FAILED (never run), agent lazy", got, rep.Agent)
+	}
+}
+
+// startDyingRefServer is startRefServer's echo that goes away (closes its
+// listener) once it has accepted n connections.
+func startDyingRefServer(t *testing.T, n int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer ln.Close()
+		for range n {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				if p, _, err := rawpeer.AcceptServer(nc, nil, 10*time.Second); err == nil {
+					refEcho{}.serve(p, false)
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return "http://" + ln.Addr().String() + "/echo" // http:// stands for ws://
+}
+
+func TestMainStopsInOneLineWithStatus2WhenTheServerGoesAway(t *testing.T) {
+	var out, errb bytes.Buffer
+	// The first connection is the reachability check, the next two run
+	// 1.1.1 and 1.1.2; 1.1.3 finds the server gone.
+	code := Main([]string{"server", "--cases", "1.1.*,2.*", startDyingRefServer(t, 3)}, &out, &errb)
+	if code != 2 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 ||
+		!strings.Contains(errb.String(), "went away during case 1.1.3 (2 cases run), stopped") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 }

@@ -94,6 +94,14 @@ func RunServer(ctx context.Context, rawURL string, opts *Options) (*Report, erro
 	if err != nil {
 		return nil, fmt.Errorf("conform: server url: %w", err)
 	}
+	// http:// and https:// stand for ws:// and wss://, as in every rally
+	// command.
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	}
 	if u.Scheme != "ws" && !(o.HTTP2 && u.Scheme == "wss") {
 		return nil, fmt.Errorf("conform: server url scheme %q: want ws (or wss with HTTP/2)", u.Scheme)
 	}
@@ -119,15 +127,55 @@ func RunServer(ctx context.Context, rawURL string, opts *Options) (*Report, erro
 	p.Close()
 	rep := &Report{Agent: o.Agent, Mode: "server", Target: u.Redacted(), Started: time.Now()}
 	defer func() { rep.DurationMS = ms(time.Since(rep.Started)) }()
+	// A case whose connection could not even be opened may mean the
+	// server is gone: if a fresh handshake fails too, the run stops, in
+	// one error, instead of failing every case left the same way.
+	unreached := false
+	tracked := func(target string, header http.Header, timeout time.Duration) (*rawpeer.Peer, *http.Response, error) {
+		p, resp, err := dial(target, header, timeout)
+		unreached = unreached || err != nil && resp == nil
+		return p, resp, err
+	}
 	for _, c := range Select(o) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		res := serverCase(c, dial, target, o)
+		unreached = false
+		res := serverCase(c, tracked, target, o)
+		if unreached {
+			if _, err := probe(dial, target, o.Timeout); err != nil {
+				return rep, &peerGoneError{Target: u.Redacted(), Case: c.ID, Done: len(rep.Results), Err: err}
+			}
+		}
 		rep.Results = append(rep.Results, res)
 		progress(o, res)
 	}
 	return rep, nil
+}
+
+// peerGoneError is a run stopped because its peer went away: the server
+// could not be reached any more while case Case ran, after Done cases.
+type peerGoneError struct {
+	Target string
+	Case   string
+	Done   int
+	Err    error
+}
+
+func (e *peerGoneError) Error() string {
+	return fmt.Sprintf("conform: %s went away during case %s (%d cases run), stopped: %v", e.Target, e.Case, e.Done, e.Err)
+}
+
+func (e *peerGoneError) Unwrap() error { return e.Err }
+
+// probe opens and closes one connection to target.
+func probe(dial dialFunc, target string, timeout time.Duration) (*http.Response, error) {
+	p, resp, err := dial(target, nil, timeout)
+	if err != nil {
+		return resp, err
+	}
+	p.Close()
+	return resp, nil
 }
 
 // serverCase runs c against the server dial reaches.

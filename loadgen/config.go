@@ -144,7 +144,7 @@ func (cfg *Config) validate() error {
 	case "":
 		return errors.New("loadgen: no scenario")
 	default:
-		return fmt.Errorf("loadgen: unknown scenario %q (want echo, chat, throughput, connect or idle)", cfg.Scenario)
+		return fmt.Errorf("loadgen: unknown scenario %q (want %s)", cfg.Scenario, scenarioNames())
 	}
 	if cfg.Compress && cfg.VerbatimEcho {
 		return errors.New("loadgen: Compress and VerbatimEcho do not go together (a raw echo sends masked frames back)")

@@ -30,6 +30,21 @@ var hostileScenarios = []struct{ name, what string }{
 	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
 }
 
+// scenarioNames lists every scenario of rally bench, for its errors:
+// "echo, chat, throughput, connect, idle, or a hostile one: slowloris, …".
+func scenarioNames() string {
+	return "echo, chat, throughput, connect, idle, or a hostile one: " + hostileNames()
+}
+
+// hostileNames lists the hostile scenarios: "slowloris, head-hold, …".
+func hostileNames() string {
+	names := make([]string, len(hostileScenarios))
+	for i, s := range hostileScenarios {
+		names[i] = s.name
+	}
+	return strings.Join(names, ", ")
+}
+
 // IsHostile reports whether scenario is one of the hostile scenarios.
 func IsHostile(scenario string) bool {
 	for _, s := range hostileScenarios {

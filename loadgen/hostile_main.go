@@ -3,70 +3,93 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/rallyws/rally/internal/cli"
 )
+
+const hostileUsage = `Usage: rally bench SCENARIO URL [flags]   (a hostile SCENARIO)
+
+Hostile scenarios: what a few clients do to make a server hold memory or
+stop answering. Each samples the server's RSS before, at its peak and after,
+probes it with a fresh echo client every 250 ms, and ends with a verdict
+(exit status 0 for PASS, 1 for FAIL). URL is ws://, wss://, or http:// and
+https:// for the same.
+
+%s
+Flags:
+`
+
+// hostileList lists the hostile scenarios, one a line, for the helps.
+func hostileList() string {
+	var b strings.Builder
+	for _, s := range hostileScenarios {
+		fmt.Fprintf(&b, "  %-11s %s\n", s.name, s.what)
+	}
+	return b.String()
+}
+
+// wsURL is raw with http:// and https:// read as ws:// and wss://, the
+// one URL rule of every rally command; any other scheme is a usage error.
+func wsURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", cli.Usagef("%q is not a URL such as ws://host:port/path", redactURL(raw))
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", cli.Usagef("URL scheme %q is not ws, wss, http or https", u.Scheme)
+	}
+	return u.String(), nil
+}
 
 // HostileMain runs `rally bench SCENARIO URL [flags]` for a hostile
 // scenario (see IsHostile) and returns the exit status: 0 for a PASS, 1
 // for a FAIL or a run that could not start, 2 for a usage error.
 func HostileMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("rally bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: rally bench SCENARIO URL [flags]\n\nHostile scenarios: what a few clients do to make a server hold memory or\nstop answering. Each samples the server's RSS before, at its peak and after,\nprobes it with a fresh echo client every 250 ms, and ends with a verdict.\n\n")
-		for _, s := range hostileScenarios {
-			fmt.Fprintf(stderr, "  %-11s %s\n", s.name, s.what)
-		}
-		fmt.Fprint(stderr, "\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("rally bench")
 	var cfg HostileConfig
 	fs.IntVar(&cfg.Conns, "conns", 0, "attacking connections (default: the scenario's)")
-	fs.IntVar(&cfg.Size, "size", 0, "bytes of a held head (head-hold, default 1 MiB) or message (partial, default 16 MiB - 1)")
+	cli.BytesVar(fs, &cfg.Size, "size", 0, "bytes of a held head (head-hold, default 1MiB) or message (partial, default 16MiB - 1)")
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the attack is held")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long after the attack the server's memory is read again")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine, to read its memory")
-	fs.StringVar(&cfg.MetricsURL, "metrics", "", "the server's Prometheus metrics URL, to read its memory (process_resident_memory_bytes)")
-	fs.StringVar(&cfg.ProbeURL, "probe", "", "echo endpoint probed by a fresh client (default: /echo on the attacked host)")
-	maxRSS := fs.Int64("max-rss", 600e6, "verdict: the server's peak RSS in bytes at most")
+	fs.StringVar(&cfg.MetricsURL, "metrics", "", "the server's Prometheus metrics `URL`, to read its memory (process_resident_memory_bytes)")
+	fs.StringVar(&cfg.ProbeURL, "probe", "", "echo endpoint `URL` probed by a fresh client (default: /echo on the attacked host)")
+	var maxRSS int64
+	cli.BytesVar(fs, &maxRSS, "max-rss", 600e6, "verdict: the server's peak RSS at most")
 	fs.DurationVar(&cfg.MaxProbeP99, "max-p99", 100*time.Millisecond, "verdict: the probe's p99 at most")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	jsonFile := fs.String("json-file", "", "also write the result as JSON to this file")
-	var positional []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		rest = fs.Args()[1:]
+	jsonFile := fs.String("json-file", "", "also write the result as JSON to this `FILE`")
+
+	positional, err := cli.Parse(fs, args)
+	switch {
+	case err != nil:
+	case len(positional) != 2 || !IsHostile(positional[0]):
+		err = cli.Usagef("want a hostile scenario (%s) and a URL", hostileNames())
+	case cfg.Conns < 0 || cfg.Size < 0 || cfg.Duration <= 0 || cfg.Settle < 0 || maxRSS <= 0:
+		err = cli.Usagef("--conns, --size, --duration, --settle and --max-rss must be positive")
+	default:
+		cfg.Scenario, cfg.MaxRSS = positional[0], maxRSS
+		cfg.URL, err = wsURL(positional[1])
 	}
-	if len(positional) != 2 || !IsHostile(positional[0]) {
-		fmt.Fprintf(stderr, "rally bench: want a hostile scenario and a URL\n\n")
-		fs.Usage()
-		return 2
+	help := func(w io.Writer) {
+		fmt.Fprintf(w, hostileUsage, hostileList())
+		cli.PrintFlags(w, fs)
 	}
-	cfg.Scenario, cfg.URL, cfg.MaxRSS = positional[0], positional[1], *maxRSS
-	if cfg.Conns < 0 || cfg.Size < 0 || cfg.Duration <= 0 || cfg.Settle < 0 || cfg.MaxRSS <= 0 {
-		fmt.Fprintln(stderr, "rally bench: --conns, --size, --duration, --settle and --max-rss must be positive")
-		return 2
-	}
-	if !strings.HasPrefix(cfg.URL, "ws://") && !strings.HasPrefix(cfg.URL, "wss://") {
-		fmt.Fprintf(stderr, "rally bench: URL %q is not ws:// or wss://\n", redactURL(cfg.URL))
-		return 2
+	if status := cli.Exit("rally bench", err, stdout, stderr, help); status >= 0 {
+		return status
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

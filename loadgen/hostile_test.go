@@ -83,7 +83,7 @@ func TestHostileVerdictFailsPastTheMemoryBound(t *testing.T) {
 func TestHostileMainRefusesAnUnknownScenarioAndBadFlagsWith2(t *testing.T) {
 	for _, args := range [][]string{
 		{"slowloris"},
-		{"slowloris", "http://x/echo"},
+		{"slowloris", "ftp://x/echo"},
 		{"slowloris", "ws://x/echo", "--conns", "-1"},
 	} {
 		var out, errOut bytes.Buffer

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rallyws/rally/internal/cli"
 )
 
 // IdleOptions are the settings of the idle scenario beyond Conns and
@@ -565,7 +567,7 @@ func idleFlags(fs *flag.FlagSet, cfg *Config, procs *int) func() error {
 	fs.DurationVar(&o.PingInterval, "ping-interval", 0, "idle: every connection sends a ping this often (spread over the interval)")
 	fs.StringVar(&o.Subscribe, "subscribe", "", "idle: subscribe every connection to this topic (rally serve's /ws protocol)")
 	fs.StringVar(&o.Broadcast, "broadcast", "", "idle: once all are held, POST one message to this URL (rally serve's\nhttp://HOST/publish/TOPIC) and time its delivery to every connection")
-	fs.IntVar(&o.BroadcastSize, "broadcast-size", 1024, "idle: bytes of the broadcast message")
+	cli.BytesVar(fs, &o.BroadcastSize, "broadcast-size", 1024, "idle: bytes of the broadcast message")
 	fs.DurationVar(&o.After, "after", 0, "idle: once the connections closed, wait this long and read the servers'\nmemory again")
 	fs.IntVar(procs, "procs", 1, "idle: spread the connections over this many processes (a process may hold\nonly so many open files)")
 	return func() error {

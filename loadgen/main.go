@@ -14,11 +14,12 @@ import (
 	"github.com/rallyws/rally/internal/cli"
 )
 
-const usage = `Usage: rally bench echo|chat|throughput|connect|idle URL [flags]
+const usage = `Usage: rally bench SCENARIO URL [flags]
 
 Drives load against any WebSocket server at URL (ws://, wss://, or http://
 and https:// for the same) and prints the rate, latency percentiles and
-errors it measured.
+errors it measured; or attacks it (the hostile scenarios, below) and
+gives a verdict.
 
   echo        --conns connections, each keeping --inflight messages of
               --size bytes outstanding; counts replies
@@ -36,7 +37,9 @@ errors it measured.
               --ping-interval sends pings; --subscribe and --broadcast
               time one message to every connection of rally serve's /ws
 
-Flags:
+Hostile scenarios (their flags: rally bench SCENARIO --help):
+%s
+Flags of the load scenarios:
 `
 
 // Main runs `rally bench` with args (the words after "bench") and returns
@@ -49,7 +52,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("rally bench")
 	var cfg Config
 	fs.IntVar(&cfg.Conns, "conns", 0, "connections, clients or workers (default: echo 64, chat 32, connect 16, idle 1000)")
-	fs.IntVar(&cfg.Size, "size", 0, "payload bytes of each message (default 16; throughput 262144)")
+	cli.BytesVar(fs, &cfg.Size, "size", 0, "payload bytes of each message (default 16; throughput 262144)")
 	fs.BoolVar(&cfg.Text, "text", false, "send text (non-ASCII UTF-8) messages (default: true for echo and chat, false for throughput)")
 	fs.IntVar(&cfg.InFlight, "inflight", 0, "messages outstanding per connection, or sent per round in chat (default: echo 1, chat 8)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured window (idle: how long connections are held)")
@@ -64,7 +67,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 	positional, err := cli.Parse(fs, args)
 	if err == nil && len(positional) != 2 {
-		err = cli.Usagef("want a scenario and a URL, got %d arguments", len(positional))
+		err = cli.Usagef("want a scenario (%s) and a URL, got %d arguments", scenarioNames(), len(positional))
 	}
 	if err == nil {
 		cfg.Scenario = Scenario(positional[0])
@@ -77,7 +80,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = checkFlags(fs, &cfg)
 	}
 	help := func(w io.Writer) {
-		fmt.Fprint(w, usage)
+		fmt.Fprintf(w, usage, hostileList())
 		cli.PrintFlags(w, fs)
 	}
 	if status := cli.Exit("rally bench", err, stdout, stderr, help); status >= 0 {

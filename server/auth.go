@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,10 +110,17 @@ func keyMatches(r *http.Request, key string) bool {
 
 // SignToken returns an HS256 token for claims signed with secret, as
 // `rally serve --token-secret` accepts. It is for tests, tools and
-// backends written in Go; any JWT library makes the same tokens.
+// backends written in Go; any JWT library makes the same tokens. A
+// pattern of the claims that can never match a topic (one with a
+// character no topic has, such as a space) is an error.
 func SignToken(secret []byte, claims Claims) (string, error) {
 	if len(secret) == 0 {
 		return "", errors.New("server: signing a token: the secret is empty")
+	}
+	for _, p := range slices.Concat(claims.Subscribe, claims.Publish) {
+		if err := validPattern(p); err != nil {
+			return "", fmt.Errorf("server: signing a token: %w", err)
+		}
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }

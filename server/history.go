@@ -41,11 +41,16 @@ type HistoryConfig struct {
 func (h *HistoryConfig) fill() error {
 	switch {
 	case h.Size < 0:
-		return errors.New("rally serve: --history-size must be positive")
+		return configErrorf("--history-size must be positive")
 	case h.Age < 0:
-		return errors.New("rally serve: --history-age must be positive")
+		return configErrorf("--history-age must be positive")
 	case h.RecoveryLimit < 0:
-		return errors.New("rally serve: --recovery-limit must be positive")
+		return configErrorf("--recovery-limit must be positive")
+	}
+	for _, p := range h.Topics {
+		if err := validPattern(p); err != nil {
+			return configErrorf("--history: %v", err)
+		}
 	}
 	if h.Size == 0 {
 		h.Size = 100
@@ -459,11 +464,6 @@ func (s *Server) startHistory() error {
 	s.m.reg.MustRegister(s.recoveries)
 	if len(s.cfg.History.Topics) == 0 {
 		return nil
-	}
-	for _, p := range s.cfg.History.Topics {
-		if p == "" {
-			return errors.New("rally serve: --history has an empty pattern")
-		}
 	}
 	switch b := s.cfg.Broker.(type) {
 	case nil:

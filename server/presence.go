@@ -31,14 +31,14 @@ type PresenceConfig struct {
 
 func (p *PresenceConfig) fill() error {
 	if p.TTL < 0 {
-		return errors.New("rally serve: --presence-ttl must be positive")
+		return configErrorf("--presence-ttl must be positive")
 	}
 	if p.TTL == 0 {
 		p.TTL = 30 * time.Second
 	}
 	for _, t := range p.Topics {
-		if t == "" {
-			return errors.New("rally serve: --presence has an empty pattern")
+		if err := validPattern(t); err != nil {
+			return configErrorf("--presence: %v", err)
 		}
 	}
 	return nil

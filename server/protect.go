@@ -109,6 +109,7 @@ func (s *Server) protect() error {
 		s.budget = rally.NewMemoryBudget(max(p.MemoryLimit, 0))
 	}
 	s.echo.Options.ReadLimit = int64(p.EchoMaxMessageBytes)
+	s.echo.Options.ReadLimitReason = tooBigReason("/echo", p.EchoMaxMessageBytes, "echo-max-message-bytes")
 	// Every connection charges what its peer makes it hold (messages being
 	// gathered, send queues) to the server's budget.
 	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/cli"
 	"github.com/rallyws/rally/pubsub"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
@@ -61,8 +63,8 @@ type Config struct {
 	TLSCert, TLSKey string
 
 	// TokenSecret, when set, is the HMAC key (at least 32 bytes) of the
-	// JWTs that /ws and /echo clients must present (see Claims). Without
-	// it anyone may connect, subscribe and publish.
+	// JWTs that /ws, /chat and /echo clients must present (see Claims).
+	// Without it anyone may connect, subscribe and publish.
 	TokenSecret string
 	// APIKey, when set, is the Bearer credential POST /publish needs.
 	// With TokenSecret set and no APIKey, the publish API is closed.
@@ -169,8 +171,21 @@ type Server struct {
 	presence   *presence // nil without presence topics
 }
 
+// ConfigError is a setting New refuses before doing anything: a value
+// with no meaning, whatever the machine. `rally serve` reports it as a
+// wrong command line (exit status 2).
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+// configErrorf returns a *ConfigError; format starts with the flag.
+func configErrorf(format string, a ...any) error {
+	return &ConfigError{"rally serve: " + fmt.Sprintf(format, a...)}
+}
+
 // New returns a server for cfg with defaults filled in, or an error that
-// says which setting is wrong.
+// says which setting is wrong (a *ConfigError when the setting itself has
+// no meaning).
 func New(cfg Config) (*Server, error) {
 	if err := cfg.checkNumbers(); err != nil {
 		return nil, err
@@ -203,7 +218,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return nil, errors.New("rally serve: --tls-cert and --tls-key go together")
+		return nil, configErrorf("--tls-cert and --tls-key go together")
 	}
 	var tlsConfig *tls.Config
 	if cfg.TLSCert != "" {
@@ -216,12 +231,15 @@ func New(cfg Config) (*Server, error) {
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 	if cfg.TokenSecret != "" && len(cfg.TokenSecret) < 32 {
-		return nil, fmt.Errorf("rally serve: the token secret is %d bytes; HS256 needs at least 32 (e.g. `openssl rand -hex 32`)", len(cfg.TokenSecret))
+		return nil, configErrorf("--token-secret is %d bytes; HS256 needs at least 32 (e.g. `openssl rand -hex 32`)", len(cfg.TokenSecret))
 	}
 	for _, p := range cfg.Origins {
 		if _, err := path.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("rally serve: origin pattern %q: %w", p, err)
+			return nil, configErrorf("--origins pattern %q: %v", p, err)
 		}
+	}
+	if err := checkAddr(cfg.Addr); err != nil {
+		return nil, err
 	}
 	if err := cfg.checkBind(cfg.Addr); err != nil {
 		return nil, err
@@ -312,6 +330,7 @@ func New(cfg Config) (*Server, error) {
 
 	wsConn := conn
 	wsConn.ReadLimit = int64(cfg.MaxMessageBytes)
+	wsConn.ReadLimitReason = tooBigReason("/ws and /chat", cfg.MaxMessageBytes, "max-message-bytes")
 	wsOpts := &rally.AcceptOptions{
 		ConnOptions:      wsConn,
 		OriginPatterns:   cfg.Origins,
@@ -369,6 +388,23 @@ func orDefault[T int | float64 | time.Duration](v, def T) T {
 
 // checkBind refuses to serve a non-loopback address without auth unless
 // told to.
+// checkAddr refuses an --addr net.Listen would refuse, in words that
+// name the flag.
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return configErrorf("--addr %q is not HOST:PORT (such as 127.0.0.1:8080, or :8080 for every interface)", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil && port != "" {
+		_, err = net.LookupPort("tcp", port) // a service name, such as "http"
+	}
+	if err != nil || n < 0 || n > 65535 {
+		return configErrorf("--addr %q: the port must be a number from 0 to 65535", addr)
+	}
+	return nil
+}
+
 func (cfg *Config) checkBind(addr string) error {
 	if cfg.TokenSecret != "" || cfg.InsecureNoAuth {
 		return nil
@@ -381,6 +417,17 @@ func (cfg *Config) checkBind(addr string) error {
 		return fmt.Errorf("rally serve: %s is not a loopback address and no --token-secret is set: anyone who can reach it could subscribe and publish; set a token secret, or pass --insecure-no-auth if that is what you want", addr)
 	}
 	return nil
+}
+
+// tooBigReason is the reason of the 1009 close on endpoints past their
+// limit: the limit and the flag that raises it (under the 123 bytes of a
+// close reason).
+func tooBigReason(endpoints string, limit int, flag string) string {
+	size := cli.ShowBytes(int64(limit))
+	if _, err := strconv.Atoi(size); err == nil {
+		size += " bytes"
+	}
+	return fmt.Sprintf("message larger than %s, the limit of %s (rally serve --%s)", size, endpoints, flag)
 }
 
 // echo sends every message back with its own frame type.
@@ -446,7 +493,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
-	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout.String()) // "5s", not nanoseconds in JSON
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -509,7 +556,7 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	}
 	switch {
 	case s.secret != nil:
-		fmt.Fprintf(out, "  auth:     /ws and /echo need a token signed with the token secret\n")
+		fmt.Fprintf(out, "  auth:     /ws, /chat and /echo need a token signed with the token secret\n")
 	case s.cfg.InsecureNoAuth:
 		fmt.Fprintf(out, "  auth:     NONE (--insecure-no-auth): anyone who reaches this address may subscribe and publish\n")
 	default:
@@ -549,7 +596,7 @@ func browserAddr(given string, actual net.Addr) (addr, where string) {
 // field says.
 func (cfg *Config) checkNumbers() error {
 	bad := func(flag string, v any, want string) error {
-		return fmt.Errorf("rally serve: --%s is %v; %s", flag, v, want)
+		return configErrorf("--%s is %v; %s", flag, v, want)
 	}
 	switch {
 	case cfg.MaxMessageBytes < 0:

@@ -3,6 +3,9 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // MaxTopicLength is the longest topic name /ws and /publish accept, in
@@ -24,8 +27,36 @@ func validTopic(t string) error {
 	}
 	for i := 0; i < len(t); i++ {
 		if !topicByte(t[i]) {
-			return fmt.Errorf("topic has the character %q at byte %d; allowed are letters, digits and _-.:/@", t[i], i)
+			return fmt.Errorf("topic has the character %s at byte %d; allowed are letters, digits and _-.:/@", quoteCharAt(t, i), i)
 		}
+	}
+	return nil
+}
+
+// quoteCharAt quotes the character that starts at byte i of s: the whole
+// UTF-8 sequence ('é'), or the byte ('\xc3') where s is not UTF-8 there.
+func quoteCharAt(s string, i int) string {
+	r, n := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError && n <= 1 {
+		return fmt.Sprintf("'\\x%02x'", s[i])
+	}
+	return strconv.QuoteRune(r)
+}
+
+// validPattern checks a topic pattern of a token, --history or
+// --presence: a topic in which "*" stands for any run of characters. A
+// pattern with any other character a topic cannot have could never match.
+func validPattern(p string) error {
+	if p == "" {
+		return errors.New("a pattern is empty")
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] != '*' && !topicByte(p[i]) {
+			return fmt.Errorf("pattern %q can never match: it has the character %s at byte %d; topics have letters, digits and _-.:/@", p, quoteCharAt(p, i), i)
+		}
+	}
+	if n := len(p) - strings.Count(p, "*"); n > MaxTopicLength {
+		return fmt.Errorf("pattern %q can never match: topics are %d bytes at most", p, MaxTopicLength)
 	}
 	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"mime"
@@ -17,12 +19,16 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/deflate"
+	"github.com/rallyws/rally/frame"
 	"github.com/rallyws/rally/internal/cli"
 )
 
@@ -35,10 +41,24 @@ is printed on stdout: text as it is, binary as hex after a [binary N bytes]
 marker. Connection events, the close code and reason, and errors go to
 stderr. Flags may come before or after the URL.
 
+Lines may be of any length. A line starting with "/" is a command:
+
+  /ping [DATA]               send a ping (DATA: up to 125 bytes)
+  /close [CODE [REASON]]     close with CODE (default 1000) and REASON, and end
+  /binary HEX                send a binary message ("/binary 00ff 10")
+  /help                      list the commands
+  //TEXT                     send "/TEXT" as it is
+
+--literal sends every line as it is, commands included. With -P, the pings
+and pongs that arrive are shown on stderr.
+
 With -x, the given messages are sent instead of stdin's lines. The session
-ends when the input ends (stdin's end, or after the -x messages) and -w
-seconds have passed, or when the server closes; then rally cat closes with
-1000 and waits for the server's answer.
+ends when the input ends (stdin's end, or after the -x messages) and the
+replies are in, or when the server closes; then rally cat closes with 1000
+and waits for the server's answer. The replies are in once as many
+messages arrived as were sent, or after 2 seconds without a message;
+-w SECONDS waits exactly that long instead (-w 0: close at once). So
+printf 'hello\n' | rally cat ws://127.0.0.1:8080/echo prints hello.
 
 With --listen, it is a server instead: it accepts WebSocket connections on
 any path, prints what every client sends, sends each stdin line (or the -x
@@ -90,7 +110,17 @@ type catConfig struct {
 	listen       string
 	compress     bool
 	http2        http2Flag
+	literal      bool // no slash commands
+	showPings    bool // -P
+	readLimit    int64
 }
+
+// autoWait is the -w of no -w: wait for as many replies as messages sent,
+// or quietWait without a message.
+const (
+	autoWait  = -1
+	quietWait = 2 * time.Second
+)
 
 // cat runs rally cat with args (after "cat") and returns its exit status.
 func cat(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -117,7 +147,10 @@ func parseCat(args []string, stdout, stderr io.Writer) (*catConfig, int) {
 	var wait float64
 	var proxy string
 	fs.Var(&cfg.execute, "x", "send `MSG` (repeatable), instead of reading stdin")
-	fs.Float64Var(&wait, "w", 0, "after the input ends, wait `SECONDS` for replies before closing")
+	fs.Float64Var(&wait, "w", 0, "after the input ends, wait `SECONDS` for replies before closing (default: until\nas many messages arrived as were sent, or 2 seconds passed without one)")
+	fs.BoolVar(&cfg.literal, "literal", false, "send every stdin line as it is: no slash commands")
+	fs.BoolVar(&cfg.showPings, "P", false, "show the pings and pongs that arrive (on stderr)")
+	cli.BytesVar(fs, &cfg.readLimit, "read-limit", rally.DefaultReadLimit, "largest message accepted (larger: closed with 1009; -1: no limit)")
 	fs.Var(&headers, "H", "add the request header `'Name: value'` (repeatable; with --listen, to the 101 response)")
 	fs.Var(&cfg.subprotocols, "subprotocol", "offer (with --listen: speak) the subprotocol `NAME` (repeatable)")
 	fs.BoolVar(&cfg.binary, "binary", false, "send binary messages instead of text")
@@ -128,6 +161,13 @@ func parseCat(args []string, stdout, stderr io.Writer) (*catConfig, int) {
 	fs.Var(&cfg.http2, "http2", "open the WebSocket as a stream of an HTTP/2 connection (RFC 8441); ws:// URLs\nuse HTTP/2 without TLS; =prefer falls back to HTTP/1.1")
 
 	urls, err := cli.Parse(fs, args)
+	switch {
+	case err != nil:
+	case !given(fs, "w"):
+		wait = autoWait
+	case wait < 0:
+		err = cli.Usagef("-w must not be negative")
+	}
 	if err == nil {
 		err = checkCat(cfg, urls, wait, headers, proxy)
 	}
@@ -151,8 +191,6 @@ func checkCat(cfg *catConfig, urls []string, wait float64, headers listFlag, pro
 		return cli.Usagef("give a URL or --listen, not both")
 	case len(urls) == 0 && cfg.listen == "":
 		return cli.Usagef("missing URL (or --listen ADDR)")
-	case wait < 0:
-		return cli.Usagef("-w must not be negative")
 	}
 	if len(urls) == 1 {
 		u, err := url.Parse(urls[0])
@@ -167,6 +205,9 @@ func checkCat(cfg *catConfig, urls []string, wait float64, headers listFlag, pro
 		cfg.url = urls[0]
 	}
 	cfg.wait = time.Duration(wait * float64(time.Second))
+	if wait == autoWait {
+		cfg.wait = autoWait
+	}
 	for _, h := range headers {
 		name, value, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(name) == "" {
@@ -196,6 +237,13 @@ func redactedURL(raw string) string {
 	return raw
 }
 
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // messageType is the type of the messages this side sends.
 func (cfg *catConfig) messageType() rally.MessageType {
 	if cfg.binary {
@@ -207,6 +255,7 @@ func (cfg *catConfig) messageType() rally.MessageType {
 // catDial is rally cat as a client.
 func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stderr io.Writer) int {
 	opts := &rally.DialOptions{Header: cfg.header, Subprotocols: cfg.subprotocols, HTTP2: rally.HTTP2Mode(cfg.http2)}
+	opts.ReadLimit = cfg.readLimit
 	// Like wscat, rally cat offers no compression unless asked.
 	opts.Compression = &rally.CompressionOptions{Disabled: !cfg.compress}
 	if cfg.insecure {
@@ -214,6 +263,10 @@ func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stder
 	}
 	if cfg.proxy != nil {
 		opts.Proxy = http.ProxyURL(cfg.proxy)
+	}
+	if cfg.showPings {
+		opts.OnPing = func(_ *rally.Conn, p []byte) { fmt.Fprintf(stderr, "ping received%s\n", controlData(p)) }
+		opts.OnPong = func(_ *rally.Conn, p []byte) { fmt.Fprintf(stderr, "pong received%s\n", controlData(p)) }
 	}
 	c, resp, err := rally.Dial(ctx, cfg.url, opts)
 	if err != nil {
@@ -230,6 +283,8 @@ func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stder
 	fmt.Fprintf(stderr, "connected%s%s\n", subprotocolNote(c), compressionNote(cfg.compress, resp.Header.Get("Sec-WebSocket-Extensions")))
 
 	ended := make(chan *rally.CloseError, 1)
+	var sent, received atomic.Int64
+	arrived := make(chan struct{}, 1)
 	go func() {
 		for {
 			typ, p, err := c.Read(context.Background())
@@ -238,56 +293,205 @@ func catDial(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, stder
 				return
 			}
 			printMessage(stdout, typ, p)
+			received.Add(1)
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
 		}
 	}()
 
-	inputDone := make(chan struct{})
+	inputDone := make(chan error, 1)
+	closeAsked := make(chan closeCommand, 1)
 	go func() {
-		defer close(inputDone)
-		send := func(msg []byte) bool {
-			if err := c.Write(context.Background(), cfg.messageType(), msg); err != nil {
+		send := func(typ rally.MessageType, msg []byte) bool {
+			if err := c.Write(context.Background(), typ, msg); err != nil {
 				if !errors.Is(err, rally.ErrClosed) {
 					fmt.Fprintf(stderr, "rally cat: sending: %v\n", err)
 				}
 				return false
 			}
+			sent.Add(1)
 			return true
 		}
 		if len(cfg.execute) > 0 {
 			for _, m := range cfg.execute {
-				if !send([]byte(m)) {
-					return
+				if !send(cfg.messageType(), []byte(m)) {
+					break
 				}
 			}
+			inputDone <- nil
 			return
 		}
-		sc := bufio.NewScanner(stdin)
-		sc.Buffer(make([]byte, 0, 64<<10), rally.DefaultReadLimit)
-		for sc.Scan() {
-			if !send(sc.Bytes()) {
-				return
+		inputDone <- readLines(stdin, func(line []byte) bool {
+			if cfg.literal || len(line) == 0 || line[0] != '/' {
+				return send(cfg.messageType(), line)
 			}
-		}
-		if err := sc.Err(); err != nil {
-			fmt.Fprintf(stderr, "rally cat: reading stdin: %v\n", err)
-		}
+			cmd, err := parseCatCommand(line)
+			switch {
+			case err != nil:
+				fmt.Fprintf(stderr, "rally cat: %v\n", err)
+				return true
+			case cmd.close != nil:
+				closeAsked <- *cmd.close // before inputDone
+				return false
+			case cmd.help:
+				fmt.Fprint(stderr, catCommands)
+				return true
+			case cmd.ping != nil:
+				return ping(c, cmd.ping, stderr)
+			}
+			return send(cmd.typ, cmd.data)
+		})
 	}()
 
+	// Once the input ends (or /close), the replies still on their way are
+	// waited for, then the session closes with closing's code and reason.
 	var waited <-chan time.Time
-	input := (<-chan struct{})(inputDone)
+	var timer *time.Timer
+	input := (<-chan error)(inputDone)
+	inputEnded := false
+	closing := closeCommand{code: rally.CloseNormal}
+	status := 0
+	repliesIn := func() bool { return cfg.wait == autoWait && received.Load() >= sent.Load() }
 	for {
 		select {
 		case ce := <-ended:
-			return reportServerClose(stderr, ce)
-		case <-input:
-			input = nil
-			timer := time.NewTimer(cfg.wait)
+			return max(reportServerClose(stderr, ce), status)
+		case closing = <-closeAsked:
+			// The input goroutine ends after a /close.
+		case err := <-input:
+			input, inputEnded = nil, true
+			if err != nil {
+				fmt.Fprintf(stderr, "rally cat: reading stdin: %v\n", err)
+				status = 1
+			}
+			if repliesIn() {
+				return closeAndReport(c, ended, stderr, closing, status)
+			}
+			wait := cfg.wait
+			if wait == autoWait {
+				wait = quietWait
+			}
+			timer = time.NewTimer(wait)
 			defer timer.Stop()
 			waited = timer.C
+		case <-arrived:
+			if !inputEnded || cfg.wait != autoWait {
+				continue
+			}
+			if repliesIn() {
+				return closeAndReport(c, ended, stderr, closing, status)
+			}
+			timer.Reset(quietWait)
 		case <-waited:
-			return closeAndReport(c, ended, stderr, rally.CloseNormal, 0)
+			return closeAndReport(c, ended, stderr, closing, status)
 		case <-ctx.Done():
-			return closeAndReport(c, ended, stderr, rally.CloseGoingAway, 130)
+			return closeAndReport(c, ended, stderr, closeCommand{code: rally.CloseGoingAway}, 130)
+		}
+	}
+}
+
+// catCommands is the help of the slash commands.
+const catCommands = `commands: /ping [DATA], /close [CODE [REASON]], /binary HEX, /help;
+//TEXT sends "/TEXT"
+`
+
+// catCommand is one slash command of rally cat's input.
+type catCommand struct {
+	typ   rally.MessageType // a message to send: its type and data
+	data  []byte
+	ping  []byte // a ping to send (non-nil)
+	close *closeCommand
+	help  bool
+}
+
+type closeCommand struct {
+	code   uint16
+	reason string
+}
+
+// parseCatCommand reads a line that starts with "/".
+func parseCatCommand(line []byte) (catCommand, error) {
+	if bytes.HasPrefix(line, []byte("//")) {
+		return catCommand{typ: rally.Text, data: line[1:]}, nil
+	}
+	name, arg, _ := strings.Cut(string(line[1:]), " ")
+	switch name {
+	case "ping":
+		if len(arg) > frame.MaxControlPayload {
+			return catCommand{}, fmt.Errorf("/ping: DATA is %d bytes; a ping carries 125 at most", len(arg))
+		}
+		return catCommand{ping: []byte(arg)}, nil
+	case "close":
+		cc := closeCommand{code: rally.CloseNormal}
+		codeText, reason, _ := strings.Cut(strings.TrimLeft(arg, " "), " ")
+		if codeText != "" {
+			n, err := strconv.ParseUint(codeText, 10, 16)
+			if err != nil {
+				return catCommand{}, fmt.Errorf("/close: %q is not a close code (such as 1000 or 4000)", codeText)
+			}
+			cc.code, cc.reason = uint16(n), reason
+		}
+		// Checked here so that a wrong code leaves the connection open.
+		if _, err := frame.AppendClosePayload(nil, cc.code, []byte(cc.reason)); err != nil {
+			return catCommand{}, fmt.Errorf("/close: %v", err)
+		}
+		return catCommand{close: &cc}, nil
+	case "binary":
+		data, err := hex.DecodeString(strings.Join(strings.Fields(arg), ""))
+		if err != nil {
+			return catCommand{}, fmt.Errorf("/binary: %q is not hex (such as 00ff10 or \"00 ff 10\")", arg)
+		}
+		return catCommand{typ: rally.Binary, data: data}, nil
+	case "help":
+		return catCommand{help: true}, nil
+	}
+	return catCommand{}, fmt.Errorf("unknown command /%s (/help lists them; //%s sends the line)", name, line[1:])
+}
+
+// ping sends a ping with data; it reports false once the connection is
+// gone.
+func ping(c *rally.Conn, data []byte, stderr io.Writer) bool {
+	err := c.Ping(context.Background(), data)
+	if errors.Is(err, rally.ErrClosed) {
+		return false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rally cat: %v\n", err)
+	}
+	return true
+}
+
+// controlData shows the payload of a ping or pong that arrived.
+func controlData(p []byte) string {
+	if len(p) == 0 {
+		return ""
+	}
+	if utf8.Valid(p) {
+		return fmt.Sprintf(": %q", p)
+	}
+	return fmt.Sprintf(": % x", p)
+}
+
+// readLines calls each with every line of r, of any length, without its
+// "\n" or "\r\n" (a last line without one included), until each reports
+// false or r ends; it returns r's error other than io.EOF.
+func readLines(r io.Reader, each func(line []byte) bool) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+			if !each(line) {
+				return nil
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -312,13 +516,17 @@ func printRefusalBody(stderr io.Writer, resp *http.Response) {
 	fmt.Fprintf(stderr, "response body: %s\n", text)
 }
 
-// closeAndReport closes c with code, waits for the reading goroutine to
-// see the end, and reports it; it returns status if the server answered
-// the close, 1 otherwise.
-func closeAndReport(c *rally.Conn, ended <-chan *rally.CloseError, stderr io.Writer, code uint16, status int) int {
-	err := c.Close(code, "")
+// closeAndReport closes c with cc's code and reason, waits for the
+// reading goroutine to see the end, and reports it; it returns status if
+// the server answered the close, 1 otherwise. If the server had closed
+// first, that close is reported instead.
+func closeAndReport(c *rally.Conn, ended <-chan *rally.CloseError, stderr io.Writer, cc closeCommand, status int) int {
+	err := c.Close(cc.code, cc.reason)
 	ce := <-ended
-	if err != nil && !errors.Is(err, rally.ErrClosed) || ce.Code == rally.CloseAbnormal {
+	if errors.Is(err, rally.ErrClosed) && ce.Code != rally.CloseAbnormal {
+		return max(reportServerClose(stderr, ce), status)
+	}
+	if err != nil || ce.Code == rally.CloseAbnormal {
 		fmt.Fprintf(stderr, "rally cat: closing: %v\n", ce)
 		return 1
 	}
@@ -326,14 +534,28 @@ func closeAndReport(c *rally.Conn, ended <-chan *rally.CloseError, stderr io.Wri
 	return status
 }
 
-// reportServerClose reports a close the server started, and says whether
-// it was a normal one.
+// reportServerClose reports a close the server started, or that its
+// message caused (a violation rally cat found), and says whether it was a
+// normal one.
 func reportServerClose(stderr io.Writer, ce *rally.CloseError) int {
+	var pe *frame.ProtocolError
+	if errors.As(ce, &pe) {
+		fmt.Fprintf(stderr, "closed by rally cat: %d (%s): the server's message broke a rule: %s\n", pe.Code, pe.Rule, closeHint(pe))
+		return 1
+	}
 	fmt.Fprintf(stderr, "closed by the server: %s\n", closeText(ce))
 	if ce.Code == rally.CloseNormal || ce.Code == rally.CloseNoStatus {
 		return 0
 	}
 	return 1
+}
+
+// closeHint says what to do about a violation the server's message made.
+func closeHint(pe *frame.ProtocolError) string {
+	if pe.Code == rally.CloseTooBig {
+		return "raise --read-limit to accept larger messages"
+	}
+	return "the server does not follow RFC 6455"
 }
 
 // closeErrorOf returns the *CloseError a read ended with.
@@ -449,14 +671,16 @@ func catListen(ctx context.Context, cfg *catConfig, stdin io.Reader, stdout, std
 	if len(cfg.execute) == 0 {
 		go func() {
 			defer close(inputDone)
-			sc := bufio.NewScanner(stdin)
-			sc.Buffer(make([]byte, 0, 64<<10), rally.DefaultReadLimit)
-			for sc.Scan() {
+			err := readLines(stdin, func(line []byte) bool {
 				mu.Lock()
 				for c := range conns {
-					c.Send(typ, sc.Bytes())
+					c.Send(typ, line)
 				}
 				mu.Unlock()
+				return true
+			})
+			if err != nil {
+				fmt.Fprintf(stderr, "rally cat: reading stdin: %v\n", err)
 			}
 		}()
 	}
@@ -470,7 +694,7 @@ wait:
 		select {
 		case <-input:
 			input = nil
-			timer := time.NewTimer(cfg.wait)
+			timer := time.NewTimer(max(cfg.wait, 0))
 			defer timer.Stop()
 			waited = timer.C
 		case <-waited:

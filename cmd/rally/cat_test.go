@@ -574,3 +574,92 @@ func TestCatListenAcceptsCompressionOnlyWithCompressAndSaysSo(t *testing.T) {
 		})
 	}
 }
+
+func TestCatPrintsTheEchoOfAPipedLineWithoutAnyFlag(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{}) // a server that never closes first
+	status, out, errs := runCat(t, "hello\n", url)
+	if status != 0 || out != "hello\n" || !strings.Contains(errs, "closed: 1000 (normal closure)") {
+		t.Fatalf("status %d, stdout %q, stderr %q; want the echo, then our close and 0", status, out, errs)
+	}
+}
+
+// A line of any length is read whole: past the old scanner's 16 MiB
+// (which printed "token too long" and exited 0) without the network, and
+// past bufio's 64 KiB buffer through a server.
+func TestCatReadsStdinLinesOfAnyLength(t *testing.T) {
+	const n = 17 << 20
+	var got []int
+	err := readLines(strings.NewReader(strings.Repeat("a", n)+"\nb\r\n\nlast"), func(line []byte) bool {
+		got = append(got, len(line))
+		return true
+	})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint([]int{n, 1, 0, 4}) {
+		t.Fatalf("lines of %v bytes, %v; want %d, 1, 0 and 4", got, err, n)
+	}
+	url := startEcho(t, nil, echoBehaviour{})
+	const m = 200 << 10
+	status, out, errs := runCat(t, strings.Repeat("a", m)+"\n", url)
+	if status != 0 || len(out) != m+1 {
+		t.Fatalf("status %d, %d bytes echoed, stderr %q; want 0 and the %d-byte line back", status, len(out), errs, m)
+	}
+}
+
+func TestCatFailsWhenTheServerRefusesALongLine(t *testing.T) {
+	url := startEcho(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: 1 << 10}}, echoBehaviour{})
+	status, _, errs := runCat(t, strings.Repeat("a", 2<<10)+"\n", url)
+	if status != 1 || !strings.Contains(errs, "closed by the server: 1009") {
+		t.Fatalf("status %d, stderr %q; want 1 and the server's 1009", status, errs)
+	}
+}
+
+func TestCatSlashCommandsPingSendBinaryEscapeAndCloseWithACode(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{})
+	input := "/ping hi\n/binary 00 ff 10\n//not a command\n/nope\n/close 1005\n/close 4000 bye now\nnever sent\n"
+	status, out, errs := runCat(t, input, "-P", url)
+	if status != 0 || out != "[binary 3 bytes] 00 ff 10\n/not a command\n" {
+		t.Fatalf("status %d, stdout %q, stderr %q", status, out, errs)
+	}
+	for _, want := range []string{
+		`pong received: "hi"`,
+		"unknown command /nope",
+		"/close: ", // 1005 may not be sent: the connection stays open
+		`closed: 4000 (application): "bye now"`,
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr %q, want it to say %q", errs, want)
+		}
+	}
+	status, out, _ = runCat(t, "/ping\n", "--literal", url)
+	if status != 0 || out != "/ping\n" {
+		t.Fatalf("--literal: status %d, stdout %q; want the line sent as it is", status, out)
+	}
+}
+
+func TestCatShowsThePingsTheServerSendsWithP(t *testing.T) {
+	srv := httptest.NewServer(&rally.Server{
+		Open: func(c *rally.Conn) {
+			c.Ping(context.Background(), []byte("are you there"))
+		},
+		Message: func(c *rally.Conn, typ rally.MessageType, p []byte) { c.Send(typ, p) },
+	})
+	t.Cleanup(srv.Close)
+	url := "ws://" + srv.Listener.Addr().String() + "/"
+	// The server's ping was sent before the echo it sends back, so it is
+	// shown by the time the echo arrives.
+	status, out, errs := runCat(t, "x\n", "-P", url)
+	if status != 0 || out != "x\n" || !strings.Contains(errs, `ping received: "are you there"`) {
+		t.Fatalf("status %d, stdout %q, stderr %q", status, out, errs)
+	}
+	_, _, errs = runCat(t, "x\n", url)
+	if strings.Contains(errs, "ping received") {
+		t.Fatalf("without -P: stderr %q shows the ping", errs)
+	}
+}
+
+func TestCatSaysAReplyOverItsReadLimitIsItsOwnCloseAndFails(t *testing.T) {
+	url := startEcho(t, nil, echoBehaviour{})
+	status, _, errs := runCat(t, strings.Repeat("a", 2<<10)+"\n", "--read-limit", "1KiB", url)
+	if status != 1 || !strings.Contains(errs, "closed by rally cat: 1009") || !strings.Contains(errs, "--read-limit") {
+		t.Fatalf("status %d, stderr %q; want 1 and our 1009 naming --read-limit", status, errs)
+	}
+}

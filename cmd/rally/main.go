@@ -4,6 +4,7 @@
 //	rally cat      talk to a WebSocket server from the terminal
 //	rally bench    load-test any WebSocket server
 //	rally conform  test any WebSocket server or client against RFC 6455 / 7692
+//	rally token    sign a token (JWT) that rally serve accepts
 //	rally version  print the version, commit and Go version it was built from
 //
 // Install it with
@@ -41,6 +42,9 @@ Usage:
   rally conform client --addr HOST:PORT
                                serve the suite to a client (the classic fuzzing-server paths)
   rally conform list           list the cases of the suite
+  rally token --subscribe PATTERNS --publish PATTERNS
+                               sign a token for rally serve --token-secret (secret from
+                               RALLY_TOKEN_SECRET or --secret-file)
   rally version                print the version, commit and Go version of this binary
 
 Run 'rally COMMAND --help' for the flags of a command.
@@ -70,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return conform.Main(args[1:], stdout, stderr)
 	case "cat":
 		return cat(args[1:], os.Stdin, stdout, stderr)
+	case "token":
+		return token(args[1:], stdout, stderr)
 	case "version", "--version":
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "rally version: unexpected argument %q (see rally --help)\n", args[1])
@@ -84,6 +90,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "rally: unknown command %q (see rally --help)\n", args[0])
 	return 2
 }
+
+// Stamped by release builds (make release):
+//
+//	go build -ldflags "-X main.stampVersion=v1.2.3 -X main.stampCommit=abc123" ./cmd/rally
+//
+// When set, they win over what the Go toolchain recorded.
+var stampVersion, stampCommit string
 
 // pseudoCommit finds the commit in a pseudo-version such as
 // v0.0.0-20261203022347-744e443e5b0c, which is all `go install
@@ -110,6 +123,12 @@ func version() string {
 		if m := pseudoCommit.FindStringSubmatch(mod); m != nil && commit == "(unknown)" {
 			commit = m[1]
 		}
+	}
+	if stampVersion != "" {
+		mod = stampVersion
+	}
+	if stampCommit != "" {
+		commit = stampCommit
 	}
 	if modified {
 		commit += " (with local changes)"

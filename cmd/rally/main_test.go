@@ -127,12 +127,19 @@ func TestEveryCommandReportsAWrongCommandLineInOneLineWithStatus2(t *testing.T) 
 		{[]string{"serve", "--max-subscriptions", "0"}, "rally serve", "--max-subscriptions is 0"},
 		{[]string{"serve", "--log-format", "xml"}, "rally serve", "--log-format"},
 		{[]string{"serve", "extra"}, "rally serve", `unexpected argument "extra"`},
+		{[]string{"serve", "--token-secret", "short"}, "rally serve", "--token-secret is 5 bytes"},
+		{[]string{"serve", "--addr", "localhost"}, "rally serve", `--addr "localhost" is not HOST:PORT`},
+		{[]string{"serve", "--addr", "127.0.0.1:99999"}, "rally serve", `--addr "127.0.0.1:99999": the port must be`},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--history", "bad topic*"}, "rally serve", `pattern "bad topic*" can never match`},
 		{[]string{"cat", "-x", "hi", "not-a-url"}, "rally cat", "not a URL"},
 		{[]string{"cat", "--bogus", "ws://127.0.0.1:1/"}, "rally cat", "unknown flag --bogus"},
 		{[]string{"cat", "ws://127.0.0.1:1/", "-w"}, "rally cat", "-w needs a value"},
 		{[]string{"bench", "echo", "ws://127.0.0.1:1/", "--bogus"}, "rally bench", "unknown flag --bogus"},
 		{[]string{"bench", "echo", "ws://127.0.0.1:1/", "--conns", "-3"}, "rally bench", "--conns is -3"},
-		{[]string{"bench", "ping", "ws://127.0.0.1:1/"}, "rally bench", `unknown scenario "ping"`},
+		{[]string{"bench", "ping", "ws://127.0.0.1:1/"}, "rally bench", `unknown scenario "ping" (want echo, chat, throughput, connect, idle, or a hostile one: slowloris, head-hold, partial, slow-read, garbage)`},
+		{[]string{"bench", "slowloris"}, "rally bench", "want a hostile scenario (slowloris, head-hold, partial, slow-read, garbage) and a URL"},
+		{[]string{"bench", "slowloris", "ftp://127.0.0.1:1/"}, "rally bench", `URL scheme "ftp" is not ws, wss, http or https`},
+		{[]string{"bench", "garbage", "ws://127.0.0.1:1/", "--bogus"}, "rally bench", "unknown flag --bogus"},
 		{[]string{"bench", "idle", "ws://127.0.0.1:1/", "--server-pid", "-1"}, "rally bench", "--server-pid is -1"},
 		{[]string{"bench", "echo", "ws://127.0.0.1:1/", "--duration", "0s"}, "rally bench", "duration"},
 		{[]string{"conform", "server"}, "rally conform server", "want exactly one URL"},
@@ -141,10 +148,14 @@ func TestEveryCommandReportsAWrongCommandLineInOneLineWithStatus2(t *testing.T) 
 		{[]string{"conform", "list", "--bogus"}, "rally conform list", "unknown flag --bogus"},
 		{[]string{"conform", "fuzz"}, "rally conform", `unknown mode "fuzz"`},
 		{[]string{"version", "extra"}, "rally version", `unexpected argument "extra"`},
+		{[]string{"token", "--subscribe", "a", "extra"}, "rally token", `unexpected argument "extra"`},
 		{[]string{"--bogus"}, "rally", `unknown command "--bogus"`},
 	} {
 		status, stdout, stderr := runRally(t, nil, tc.args...)
 		oneLine(t, tc.args, status, stdout, stderr, tc.cmd)
+		if n := strings.Count(stderr, "--help"); n != 1 {
+			t.Errorf("rally %q: stderr %q points to --help %d times, want once", tc.args, stderr, n)
+		}
 		if !strings.Contains(stderr, tc.says) {
 			t.Errorf("rally %q: stderr %q, want it to say %q", tc.args, stderr, tc.says)
 		}
@@ -159,6 +170,8 @@ func TestEveryCommandPrintsItsHelpOnStdoutWithFlagsWrittenWithTwoDashes(t *testi
 		{"cat", "--help"},
 		{"bench", "--help"},
 		{"bench", "-h"},
+		{"bench", "slowloris", "--help"},
+		{"token", "--help"},
 		{"conform", "--help"},
 		{"conform", "server", "--help"},
 		{"conform", "client", "--help"},
@@ -174,7 +187,7 @@ func TestEveryCommandPrintsItsHelpOnStdoutWithFlagsWrittenWithTwoDashes(t *testi
 	}
 	// The top-level help lists every command.
 	_, top, _ := runRally(t, nil, "--help")
-	for _, c := range []string{"rally serve", "rally cat", "rally bench", "rally conform server", "rally conform client", "rally conform list", "rally version"} {
+	for _, c := range []string{"rally serve", "rally cat", "rally bench", "rally conform server", "rally conform client", "rally conform list", "rally token", "rally version"} {
 		if !strings.Contains(top, c) {
 			t.Errorf("rally --help does not list %q", c)
 		}

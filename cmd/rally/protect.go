@@ -3,12 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
 
+	"github.com/rallyws/rally/internal/cli"
 	"github.com/rallyws/rally/server"
 )
 
@@ -44,13 +44,13 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	def := server.DefaultMemoryLimit()
 	p.MemoryLimit = def
 	fs.Var(&byteSize{v: &p.MemoryLimit, min: 32 << 20, max: max(server.MemoryAvailable(), 4*def), off: true, def: fmt.Sprintf("%.1fGiB (%s)", float64(def)/(1<<30), server.DefaultMemoryLimitRule)}, "memory-limit",
-		"memory budget: past 80% of it the slowest readers and largest messages are\ncut, past 90% new WebSocket handshakes get 503; also the Go runtime's soft\nlimit (unless GOMEMLIMIT is set); at most this machine's memory; \"off\": no\nlimit")
+		"memory budget: from 80% of it the clients holding the most are cut (1013);\npast 90% of it new WebSocket handshakes get 503; also the Go runtime's soft\nlimit (unless GOMEMLIMIT is set); at most this machine's memory; \"off\": no\nlimit")
 	p.MaxHeaderBytes = server.DefaultMaxHeaderBytes
-	fs.Var(intSize(&p.MaxHeaderBytes, 1<<10, 1<<20), "max-header-bytes", "largest request head; larger get 431")
+	fs.Var(&cli.Bytes[int]{P: &p.MaxHeaderBytes, Min: 1 << 10, Max: 1 << 20}, "max-header-bytes", "largest request head; larger get 431")
 	p.MaxPendingHandshakes = server.DefaultMaxPendingHandshakes
 	fs.Var(&count{v: &p.MaxPendingHandshakes, min: 1, max: 1 << 20}, "max-pending-handshakes", "connections whose request head is still arriving, at most; past it the\noldest of them gets 503")
 	p.EchoMaxMessageBytes = server.DefaultEchoMaxMessageBytes
-	fs.Var(intSize(&p.EchoMaxMessageBytes, 1, 1<<30), "echo-max-message-bytes", "largest /echo message (larger: closed with 1009); the full conformance\nsuite needs 16MiB")
+	fs.Var(&cli.Bytes[int]{P: &p.EchoMaxMessageBytes, Min: 1, Max: 1 << 30}, "echo-max-message-bytes", "largest /echo message (larger: closed with 1009); the full conformance\nsuite needs 16MiB")
 	fs.StringVar(&p.OpsAddr, "ops-addr", "", "also serve /healthz, /readyz and /metrics here, with file descriptors\nkept in reserve: it answers even when clients took every other one")
 
 	fs.StringVar(&n.User, "nats-user", "", "user name for NATS (and, with --embedded-nats, demanded of its clients)")
@@ -77,10 +77,9 @@ func setRuntimeMemoryLimit(limit int64) {
 	debug.SetMemoryLimit(limit)
 }
 
-// byteSize is a flag holding a size in bytes between min and max, written
-// as a number with an optional unit: B, KiB, MiB, GiB, TiB (powers of
-// 1024; K, M, G, T too) or KB, MB, GB, TB (powers of 1000). With off,
-// "off" sets -1 (no limit).
+// byteSize is a flag holding a size in bytes between min and max
+// (cli.ParseBytes), shown as def until it is set. With off, "off" sets
+// -1 (no limit).
 type byteSize struct {
 	v        *int64
 	min, max int64
@@ -95,7 +94,7 @@ func (b *byteSize) String() string {
 	if b.def != "" {
 		return b.def
 	}
-	return showBytes(*b.v)
+	return cli.ShowBytes(*b.v)
 }
 
 func (b *byteSize) Set(s string) error {
@@ -103,35 +102,14 @@ func (b *byteSize) Set(s string) error {
 		*b.v = -1
 		return nil
 	}
-	n, err := parseBytes(s)
+	n, err := cli.ParseBytes(s)
 	if err != nil {
 		return err
 	}
 	if n < b.min || n > b.max {
-		return fmt.Errorf("%s is out of range: want %s to %s", s, showBytes(b.min), showBytes(b.max))
+		return fmt.Errorf("%s is out of range: want %s to %s", s, cli.ShowBytes(b.min), cli.ShowBytes(b.max))
 	}
 	*b.v, b.def = n, ""
-	return nil
-}
-
-// intSizeFlag is a byteSize stored in an int.
-type intSizeFlag struct {
-	byteSize
-	dst *int
-}
-
-func intSize(dst *int, min, max int64) *intSizeFlag {
-	f := &intSizeFlag{dst: dst}
-	v := int64(*dst)
-	f.byteSize = byteSize{v: &v, min: min, max: max}
-	return f
-}
-
-func (f *intSizeFlag) Set(s string) error {
-	if err := f.byteSize.Set(s); err != nil {
-		return err
-	}
-	*f.dst = int(*f.v)
 	return nil
 }
 
@@ -158,44 +136,4 @@ func (c *count) Set(s string) error {
 	}
 	*c.v = n
 	return nil
-}
-
-var byteUnits = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-}
-
-// parseBytes reads a size: "512MiB", "64k", "1000000".
-func parseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
-		i++
-	}
-	if i == 0 {
-		return 0, fmt.Errorf("%q is not a size (a whole number of bytes, optionally with a unit such as KiB, MiB, GiB)", s)
-	}
-	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(t[i:]))]
-	if !ok {
-		return 0, fmt.Errorf("%q: unknown unit %q (want B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)", s, strings.TrimSpace(t[i:]))
-	}
-	n, err := strconv.ParseInt(t[:i], 10, 64)
-	if err != nil || n > math.MaxInt64/unit {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return n * unit, nil
-}
-
-// showBytes shows n in the largest binary unit that divides it.
-func showBytes(n int64) string {
-	for _, u := range []struct {
-		shift uint
-		name  string
-	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
-		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
-			return strconv.FormatInt(n>>u.shift, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10)
 }

@@ -161,8 +161,8 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.Float64Var(&cfg.HandshakeRate, "handshake-rate", 20, "WebSocket handshakes per second per client IP, with as many in a burst;\nmore get 429 (negative: no limit)")
 	fs.BoolVar(&cfg.RateLimitLoopback, "rate-limit-loopback", false, "apply --handshake-rate to loopback clients too")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 100, "topics one /ws connection may subscribe to (negative: no limit)")
-	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 64<<10, "largest /ws message (larger: closed with 1009) and /publish body (413)")
-	fs.IntVar(&cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most; messages past it are dropped\nfor that client and counted (negative: no limit)")
+	cli.BytesVar(fs, &cfg.MaxMessageBytes, "max-message-bytes", 64<<10, "largest /ws message (larger: closed with 1009) and /publish body (413)")
+	cli.BytesVar(fs, &cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most; messages past it are dropped\nfor that client and counted (negative: no limit)")
 	fs.DurationVar(&cfg.HeaderReadTimeout, "header-timeout", 10*time.Second, "time a client has to send its request head")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "ping a quiet client this often (negative: never)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 90*time.Second, "close a client silent this long with 1001 (negative: never)")
@@ -230,6 +230,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	srv, err := server.New(s.cfg)
 	if err != nil {
+		var ce *server.ConfigError
+		if errors.As(err, &ce) {
+			// A setting with no meaning: a wrong command line.
+			fmt.Fprintf(stderr, "%s (see rally serve --help)\n", prefixed("rally serve", err))
+			return 2
+		}
 		fmt.Fprintln(stderr, prefixed("rally serve", err))
 		return 1
 	}
@@ -300,7 +306,7 @@ func serveConfigFile(fs *flag.FlagSet, path string, given map[string]bool) error
 	}
 	for _, key := range sortedKeys(file) {
 		if !known[key] {
-			return cli.Usagef("%s: unknown key %q (the keys are the flag names of rally serve --help)", path, key)
+			return cli.Usagef("%s: unknown key %q (the keys are the flag names, without dashes)", path, key)
 		}
 		if given[key] {
 			continue
@@ -377,6 +383,8 @@ func checkServeNumbers(fs *flag.FlagSet) error {
 			var v float64
 			switch x := fs.Lookup(sf.name).Value.(flag.Getter).Get().(type) {
 			case int:
+				v = float64(x)
+			case int64:
 				v = float64(x)
 			case float64:
 				v = x

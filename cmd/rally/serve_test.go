@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -187,7 +189,7 @@ func TestServeRefusesAConfigFileWithAnUnknownKeyOrABadValueInOneLine(t *testing.
 		args := []string{"serve", "--config", file}
 		status, stdout, stderr := runRally(t, nil, args...)
 		oneLine(t, args, status, stdout, stderr, "rally serve")
-		if !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "s3cret") {
+		if !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "s3cret") || strings.Count(stderr, "--help") != 1 {
 			t.Errorf("config %q: stderr %q, want it to say %q without any value", tc.text, stderr, tc.says)
 		}
 	}
@@ -209,5 +211,85 @@ func TestServeEventLoopAndReusePortComeFromTheEnvironment(t *testing.T) {
 	s, status := parseServe([]string{"--addr", "127.0.0.1:9999"}, &out, &errOut)
 	if status >= 0 || !s.cfg.EventLoop || !s.cfg.ReusePort {
 		t.Fatalf("exit %d (%s), want both set: %+v", status, errOut.String(), s)
+	}
+}
+
+// Every byte-size flag of rally serve takes the same sizes, from the
+// command line, the environment and the config file alike.
+func TestServeSizeFlagsTakeUnitsFromEverySource(t *testing.T) {
+	sizes := func(s *serveSetup) map[string]int64 {
+		return map[string]int64{
+			"max-message-bytes":      int64(s.cfg.MaxMessageBytes),
+			"buffer-limit":           int64(s.cfg.BufferLimit),
+			"memory-limit":           s.cfg.Protection.MemoryLimit,
+			"max-header-bytes":       int64(s.cfg.Protection.MaxHeaderBytes),
+			"echo-max-message-bytes": int64(s.cfg.Protection.EchoMaxMessageBytes),
+		}
+	}
+	given := map[string]struct {
+		value string
+		want  int64
+	}{
+		"max-message-bytes":      {"64KiB", 64 << 10},
+		"buffer-limit":           {"1MiB", 1 << 20},
+		"memory-limit":           {"512MB", 512e6},
+		"max-header-bytes":       {"32768", 32 << 10},
+		"echo-max-message-bytes": {"16MiB", 16 << 20},
+	}
+	for name, g := range given {
+		env := "RALLY_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		for _, src := range []struct {
+			how  string
+			args func(t *testing.T) []string
+		}{
+			{"flag", func(*testing.T) []string { return []string{"--" + name, g.value} }},
+			{"env", func(t *testing.T) []string { t.Setenv(env, g.value); return nil }},
+			{"file", func(t *testing.T) []string {
+				return []string{"--config", writeConfig(t, fmt.Sprintf("%s = %q\n", name, g.value))}
+			}},
+		} {
+			t.Run(name+"/"+src.how, func(t *testing.T) {
+				var out, errOut bytes.Buffer
+				s, status := parseServe(src.args(t), &out, &errOut)
+				if status >= 0 {
+					t.Fatalf("%s %s: exit %d: %s", src.how, g.value, status, errOut.String())
+				}
+				if got := sizes(s)[name]; got != g.want {
+					t.Errorf("%s %s: %d, want %d", src.how, g.value, got, g.want)
+				}
+			})
+		}
+	}
+	t.Run("buffer-limit -1 is still no limit", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		s, status := parseServe([]string{"--buffer-limit", "-1"}, &out, &errOut)
+		if status >= 0 || s.cfg.BufferLimit != -1 {
+			t.Fatalf("exit %d: %s", status, errOut.String())
+		}
+	})
+}
+
+// --help and docs/SERVE.md say the same of what the code does: the
+// token is needed on /ws, /chat and /echo (server tests pin that), and
+// handshakes get 503 past 90% of --memory-limit (rally.MemoryBudget).
+func TestServeHelpAndTheDocsAgreeOnTokensAndTheMemoryLimit(t *testing.T) {
+	var help bytes.Buffer
+	if code := run([]string{"serve", "--help"}, &help, io.Discard); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	doc, err := os.ReadFile("../../docs/SERVE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	for _, tc := range []struct{ text, says string }{
+		{flat(help.String()), "/ws, /chat and /echo clients must present"},
+		{flat(help.String()), "past 90% of it new WebSocket handshakes get 503"},
+		{flat(string(doc)), "`/ws`, `/chat` and `/echo` need a JWT"},
+		{flat(string(doc)), "past 90% of it, or the process holds all of it, new WebSocket handshakes get 503"},
+	} {
+		if !strings.Contains(tc.text, tc.says) {
+			t.Errorf("does not say %q", tc.says)
+		}
 	}
 }

@@ -133,6 +133,9 @@ func PrintFlags(w io.Writer, fs *flag.FlagSet, names ...string) {
 // variable that sets it) added to its default line.
 func PrintFlag(w io.Writer, f *flag.Flag, value, note string) {
 	name, usage := flag.UnquoteUsage(f)
+	if _, isSize := f.Value.(interface{ isBytes() }); isSize && name == "value" {
+		name = "bytes"
+	}
 	if value == "" {
 		value = placeholder(name)
 	}
