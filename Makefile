@@ -7,6 +7,9 @@
 #                Debian's chromium, python3-websockets and the proxies:
 #                tinyproxy, stunnel4, dante-server, microsocks), then runs
 #                every test with -race. This is what CI runs.
+#   make test-loaded  make check three times in a row beside two busy
+#                processes per core, each run's time and result printed
+#                (scripts/test-loaded.sh; LOADED_CMD="make test" for the rest)
 #   make bench   the side-by-side benchmarks against other libraries
 #   make hostile the hostile scenarios of `rally bench` against `rally serve
 #                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
@@ -20,7 +23,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test setup bench fmt hostile fuzz hold100k
+.PHONY: check test test-loaded setup bench fmt hostile fuzz hold100k
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -39,6 +42,12 @@ test: setup
 	RALLY_TEST_EVENT_LOOP=1 $(GO) test -race -short -count=1 . # every root Server test again, on event loops
 	$(GO) test -tags purego -count=1 ./frame/
 	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
+
+LOADED_CMD ?= $(MAKE) check
+
+# The tests must pass on a busy machine: see scripts/test-loaded.sh.
+test-loaded:
+	bash scripts/test-loaded.sh $(LOADED_CMD)
 
 # The side-by-side comparison (about 7 minutes here); rewrites the peers
 # section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.
