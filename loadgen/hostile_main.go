@@ -35,6 +35,7 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine, to read its memory")
 	fs.StringVar(&cfg.MetricsURL, "metrics", "", "the server's Prometheus metrics URL, to read its memory (process_resident_memory_bytes)")
 	fs.StringVar(&cfg.ProbeURL, "probe", "", "echo endpoint probed by a fresh client (default: /echo on the attacked host)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "adversary: the seed of the draw (the same seed, the same clients)")
 	maxRSS := fs.Int64("max-rss", 600e6, "verdict: the server's peak RSS in bytes at most")
 	fs.DurationVar(&cfg.MaxProbeP99, "max-p99", 100*time.Millisecond, "verdict: the probe's p99 at most")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
