@@ -364,16 +364,16 @@ func underlying(c net.Conn) net.Conn {
 }
 
 // bombPayload returns one masked, compressed binary frame that inflates
-// to n zero bytes (RFC 7692 7.2.1: the trailing 00 00 ff ff removed).
+// to n zero bytes (n a multiple of 1 MiB; RFC 7692 7.2.1: the trailing
+// 00 00 ff ff removed): one compressed MiB, flushed to a byte boundary,
+// repeated, so that it costs one MiB of compression to build.
 func bombPayload(n int) []byte {
 	var b bytes.Buffer
 	w, _ := flate.NewWriter(&b, flate.BestCompression)
-	zeros := make([]byte, 1<<20)
-	for left := n; left > 0; left -= len(zeros) {
-		w.Write(zeros[:min(left, len(zeros))])
-	}
+	w.Write(make([]byte, 1<<20))
 	w.Flush()
-	return clientFrameRsv(opBinary, 0x40, bytes.TrimSuffix(b.Bytes(), []byte{0, 0, 0xff, 0xff}), [4]byte{})
+	body := bytes.Repeat(b.Bytes(), n>>20)
+	return clientFrameRsv(opBinary, 0x40, bytes.TrimSuffix(body, []byte{0, 0, 0xff, 0xff}), [4]byte{})
 }
 
 // fastSub is the well-behaved pair whose rate is measured: a publisher
