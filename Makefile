@@ -10,6 +10,9 @@
 #   make test-qemu  the cork and loop tests without assembly goroutine identity
 #                (-tags rally_nogid), and the contract, model and event-loop
 #                tests on arm64 and arm under qemu-user (scripts/test-qemu.sh)
+#   make test-loaded  make check three times in a row beside two busy
+#                processes per core, each run's time and result printed
+#                (scripts/test-loaded.sh; LOADED_CMD="make test" for the rest)
 #   make bench   the side-by-side benchmarks against other libraries
 #   make hostile the hostile scenarios of `rally bench` against `rally serve
 #                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
@@ -26,7 +29,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test test-qemu setup bench fmt hostile fuzz hold100k release
+.PHONY: check test test-qemu test-loaded setup bench fmt hostile fuzz hold100k release
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -53,6 +56,12 @@ test: setup
 test-qemu:
 	$(GO) test -race -count=1 -tags rally_nogid -run 'CurrentG|Cork|EventLoopTurn|EventLoopWrite' .
 	bash scripts/test-qemu.sh
+
+LOADED_CMD ?= $(MAKE) check
+
+# The tests must pass on a busy machine: see scripts/test-loaded.sh.
+test-loaded:
+	bash scripts/test-loaded.sh $(LOADED_CMD)
 
 # The side-by-side comparison (about 7 minutes here); rewrites the peers
 # section of docs/BENCHMARKS.md. Installs the Node peers (npm ws, Bun) first.

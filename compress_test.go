@@ -63,6 +63,18 @@ func (d *oracleDeflater) deflate(p []byte) []byte {
 // deflateOnce is one message compressed on its own.
 func deflateOnce(p []byte) []byte { return newOracleDeflater(false).deflate(p) }
 
+// zerosDeflated is deflateOnce(make([]byte, n)) for n a multiple of 1 MiB,
+// made of one compressed MiB repeated (each flushed to a byte boundary
+// with an empty stored block, which a stream may hold anywhere): a bomb
+// built without compressing all of it, which under the race detector on a
+// busy machine took half a minute.
+func zerosDeflated(n int) []byte {
+	const chunk = 1 << 20
+	one := append(deflateOnce(make([]byte, chunk)), 0, 0, 0xff, 0xff)
+	out := bytes.Repeat(one, n/chunk)
+	return out[:len(out)-4]
+}
+
 // oracleInflater inflates the messages of one direction; with takeover it
 // keeps the last 32 KiB of output as the next message's dictionary.
 type oracleInflater struct {
@@ -598,7 +610,7 @@ func TestClientFailsCompressionViolationsWithTheirCloseCodes(t *testing.T) {
 
 func TestServerStopsAZipBombAtTheReadLimitWith1009(t *testing.T) {
 	const limit = 1 << 20
-	bomb := deflateOnce(make([]byte, 64<<20)) // 64 MiB of zeros in about 64 KiB
+	bomb := zerosDeflated(64 << 20) // 64 MiB of zeros in about 80 KiB
 	wire := rawpeer.Build(rawpeer.Frame{Fin: true, Rsv: rawpeer.Rsv1, Opcode: rawpeer.OpBinary, Masked: true, Payload: bomb})
 	rec := newRecorder()
 	var messages int

@@ -17,6 +17,7 @@ import (
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/conform"
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // loopEcho is an echo Server in event-loop mode.
@@ -151,7 +152,7 @@ func loopConformanceServer() *rally.Server {
 // server at url and fails unless every verdict is OK or INFORMATIONAL.
 func strictConformance(t *testing.T, url, agent string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(3*time.Minute))
 	defer cancel()
 	rep, err := conform.RunServer(ctx, url, &conform.Options{Agent: agent, Scale: 1.0 / 64, Cases: []string{"*"}})
 	if err != nil {

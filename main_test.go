@@ -21,6 +21,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // The wire-level tests of this package talk to rally through
@@ -126,8 +127,11 @@ func goroutineID(block string) string {
 }
 
 // wireTimeout bounds every network step of these tests: each read of the
-// raw peer, each rally call with a context, each wait for a callback.
-const wireTimeout = 5 * time.Second
+// raw peer, each rally call with a context, each wait for a callback. It
+// is 5 s on an idle machine and grows with the measured load: on a busy
+// one (load 30 on 2 cores) a step that will happen can take longer, and
+// only a step that never happens waits the whole bound.
+var wireTimeout = slowness.Scale(5 * time.Second)
 
 // hx decodes hex written with spaces for readability: "81 02 ff fe".
 func hx(s string) []byte {

@@ -89,6 +89,9 @@ func (m *qmodel) endStream(t *rapid.T) {
 // how to replay it.
 func TestSendQueueKeepsItsInvariants(t *testing.T) {
 	rounds := 20
+	if raceEnabled || testing.Short() {
+		rounds = 5
+	}
 	if *long {
 		rounds = 200
 	}

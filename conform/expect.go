@@ -63,6 +63,19 @@ func (e expect) wants() int {
 	return n
 }
 
+// answerBytes is the largest payload the alts expect, in total.
+func (e expect) answerBytes() int {
+	n := 0
+	for _, a := range e.alts {
+		m := 0
+		for _, o := range a.obs {
+			m += len(o.payload)
+		}
+		n = max(n, m)
+	}
+	return n
+}
+
 func (e expect) isDone(obs []observation) bool {
 	if e.done != nil {
 		return e.done(obs)
@@ -122,7 +135,7 @@ func (s *session) conclude(e expect) {
 	r.Expected = e.describe()
 	wait := e.wait
 	if wait == 0 {
-		wait = s.opts.Timeout
+		wait = s.answerWait(s.sent + e.answerBytes())
 	}
 	if e.fail {
 		s.waitUntil(func() bool { return s.peerClose != nil || e.diverged(s.obs) }, wait)

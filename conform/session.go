@@ -89,11 +89,17 @@ type session struct {
 	endErr     error
 	violations []string
 	writeErr   error
+
+	// sent counts the bytes this case wrote; active is when the peer last
+	// showed progress: it took bytes from us or sent a frame. Waits count
+	// from it (see waitUntil).
+	sent   int
+	active time.Time
 }
 
 func newSession(p *rawpeer.Peer, client bool, opts *Options, res *Result, pmd *codec) *session {
 	s := &session{
-		peer: p, client: client, opts: opts, res: res, start: time.Now(), pmd: pmd,
+		peer: p, client: client, opts: opts, res: res, start: time.Now(), active: time.Now(), pmd: pmd,
 		notify: make(chan struct{}, 1), readerDone: make(chan struct{}),
 	}
 	res.Close = CloseRecord{SentCode: -1, ReceivedCode: -1}
@@ -142,14 +148,24 @@ func (s *session) drain() {
 	evs := s.pending
 	s.pending = nil
 	s.mu.Unlock()
+	if len(evs) > 0 {
+		s.active = time.Now()
+	}
 	for _, ev := range evs {
 		s.process(ev)
 	}
 }
 
 // waitUntil processes events until cond holds, the connection ends or d
-// passes. It reports whether cond holds.
+// passes without progress from the peer. It reports whether cond holds.
+//
+// d counts from the peer's last progress (a frame from it, or the end of
+// one of our writes, which it had to read), not from the call: on a busy
+// machine a peer that answers slowly but steadily is waited for, and a
+// silent one is given up on after d. A chatty peer cannot hold the case
+// for more than maxWaits times d.
 func (s *session) waitUntil(cond func() bool, d time.Duration) bool {
+	began := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
@@ -164,10 +180,38 @@ func (s *session) waitUntil(cond func() bool, d time.Duration) bool {
 		case <-s.notify:
 		case <-timer.C:
 			s.drain()
-			return cond()
+			if cond() {
+				return true
+			}
+			now := time.Now()
+			until := s.active.Add(d)
+			if last := began.Add(maxWaits * d); until.After(last) {
+				until = last
+			}
+			if !until.After(now) {
+				return false
+			}
+			timer.Reset(until.Sub(now))
 		}
 	}
 }
+
+// maxWaits bounds a wait that progress keeps extending, in multiples of
+// the wait asked for.
+const maxWaits = 10
+
+// answerWait is how long a case waits, from the peer's last progress, for
+// an answer to n bytes sent and expected: the base timeout plus the time
+// a peer slowed down by a busy machine and a race detector takes to move
+// n bytes (a quick peer answers well within it, and the case waits no
+// longer than the answer takes).
+func (s *session) answerWait(n int) time.Duration {
+	return s.opts.Timeout + time.Duration(n)*time.Second/slowRate
+}
+
+// slowRate is the rate, in bytes per second, at which a peer under test on
+// a loaded machine is still expected to read, process and answer.
+const slowRate = 1 << 20
 
 func (s *session) violate(format string, args ...any) {
 	s.violations = append(s.violations, fmt.Sprintf(format, args...))
@@ -300,7 +344,10 @@ func (s *session) writeRaw(b []byte) {
 	s.peer.SetWriteTimeout(s.opts.Timeout + time.Duration(len(b))*time.Second/(1<<20))
 	if err := s.peer.WriteRaw(b); err != nil {
 		s.writeErr = err
+		return
 	}
+	s.sent += len(b)
+	s.active = time.Now()
 }
 
 func (s *session) noteClose(f rawpeer.Frame) {

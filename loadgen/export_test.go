@@ -21,3 +21,12 @@ func SetWorkerCommand(command func(args []string) (*exec.Cmd, error)) (restore f
 
 // ParseSourceAddrs is parseSourceAddrs.
 var ParseSourceAddrs = parseSourceAddrs
+
+// DrawAdversary returns the behaviour of each client seed picks.
+func DrawAdversary(seed uint64, conns int) []string {
+	var out []string
+	for _, c := range drawAdversary(seed, conns, 0) {
+		out = append(out, c.behaviour)
+	}
+	return out
+}

@@ -28,6 +28,7 @@ var hostileScenarios = []struct{ name, what string }{
 	{"partial", "--conns (1000) connections sending --size (16 MiB - 1) of a message, never finished"},
 	{"slow-read", "--conns (2000) subscribers of a /ws topic that never read while one client publishes 1 KiB\n              messages as fast as it can; a fast subscriber's rate is compared with its rate alone"},
 	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
+	{"adversary", "--conns (200) clients each picking, from --seed, a behaviour: slowloris, head-hold, partial,\n              non-reader, bomb, ping-flood, reconnect, garbage, many-subs, publisher or subscriber;\n              URL is the /ws endpoint of rally serve. After all leave, the server must hold no\n              connection and no budget charge (read from --metrics, default /metrics on the host)"},
 }
 
 // scenarioNames lists every scenario of rally bench, for its errors:
@@ -78,6 +79,8 @@ type HostileConfig struct {
 	// MaxRSS and MaxProbeP99 are the verdict's bounds.
 	MaxRSS      int64
 	MaxProbeP99 time.Duration
+	// Seed picks the adversary's clients (the same seed, the same draw).
+	Seed uint64
 }
 
 // HostileResult is what a hostile run measured.
@@ -112,6 +115,15 @@ type HostileResult struct {
 	FastSoloRate   float64 `json:"fast_solo_per_s,omitempty"`
 	FastAttackRate float64 `json:"fast_under_attack_per_s,omitempty"`
 	Published      int64   `json:"published,omitempty"`
+	// For the adversary: the seed, how many clients picked each
+	// behaviour, and what the server held (open connections, bytes
+	// charged to its memory budget) once every client had left, after
+	// EmptyAfter (or after Settle if it never emptied).
+	Seed         uint64           `json:"seed,omitempty"`
+	Behaviours   map[string]int64 `json:"behaviours,omitempty"`
+	ConnsAfter   int64            `json:"connections_after"`
+	ChargedAfter int64            `json:"budget_charged_after_bytes"`
+	EmptyAfter   string           `json:"empty_after,omitempty"`
 	// Verdict is PASS or FAIL; Reasons say which bound failed.
 	Verdict string   `json:"verdict"`
 	Reasons []string `json:"reasons,omitempty"`
@@ -174,7 +186,7 @@ func (h *hostileRun) closeAll() {
 
 func hostileDefaults(cfg HostileConfig) HostileConfig {
 	if cfg.Conns <= 0 {
-		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "garbage": 10000}[cfg.Scenario]
+		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "garbage": 10000, "adversary": 200}[cfg.Scenario]
 	}
 	if cfg.Size <= 0 {
 		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1}[cfg.Scenario]
@@ -197,6 +209,13 @@ func hostileDefaults(cfg HostileConfig) HostileConfig {
 			cfg.ProbeURL = u.String()
 		}
 	}
+	if cfg.Scenario == "adversary" && cfg.MetricsURL == "" {
+		if u, err := url.Parse(cfg.URL); err == nil {
+			u.Scheme = map[string]string{"ws": "http", "wss": "https"}[u.Scheme]
+			u.Path, u.RawQuery, u.User = "/metrics", "", nil
+			cfg.MetricsURL = u.String()
+		}
+	}
 	return cfg
 }
 
@@ -217,7 +236,11 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 	}
 	h := &hostileRun{cfg: cfg, t: t, res: &HostileResult{
 		Scenario: cfg.Scenario, URL: redactURL(cfg.URL), Conns: cfg.Conns, Answers: map[string]int64{}, Settle: cfg.Settle.String(),
+		ConnsAfter: -1, ChargedAfter: -1,
 	}}
+	if cfg.Scenario == "adversary" {
+		h.res.Seed, h.res.Behaviours = cfg.Seed, map[string]int64{}
+	}
 	mem := newMemorySampler(cfg.ServerPID, cfg.MetricsURL)
 	h.res.RSSSource = mem.source()
 	h.res.RSSBefore = mem.sample()
@@ -239,6 +262,8 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 		h.slowRead(attack)
 	case "garbage":
 		h.garbage(attack)
+	case "adversary":
+		h.adversary(attack)
 	}
 	<-attack.Done()
 	wg.Wait()
@@ -250,9 +275,15 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 	h.res.RSSPeak = max(mem.peak.Load(), h.res.RSSBefore)
 	h.res.Probe = hist.summary()
 	h.res.Probe.Buckets = nil
+	settled := time.Now()
+	if cfg.Scenario == "adversary" {
+		// The server must let every connection go; a generous bound, for
+		// a busy machine, that ends as soon as it has.
+		h.awaitServerEmpty(ctx, max(cfg.Settle, 60*time.Second))
+	}
 	select {
 	case <-ctx.Done():
-	case <-time.After(cfg.Settle):
+	case <-time.After(cfg.Settle - time.Since(settled)):
 	}
 	h.res.RSSAfter = mem.sample()
 	h.verdict()
@@ -272,6 +303,12 @@ func (h *hostileRun) verdict() {
 	}
 	if r.FastSoloRate > 0 && r.FastAttackRate < r.FastSoloRate/2 {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("fast subscriber at %.0f/s under attack, under half its %.0f/s alone", r.FastAttackRate, r.FastSoloRate))
+	}
+	if r.Behaviours != nil && r.ConnsAfter < 0 {
+		r.Reasons = append(r.Reasons, "the server's metrics could not be read: what it held after every client left is unknown")
+	}
+	if r.ConnsAfter > 0 || r.ChargedAfter > 0 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%d connections and %s charged to the memory budget %s after every client left", r.ConnsAfter, Bytes(r.ChargedAfter), r.Settle))
 	}
 	if r.RSSSource != "" && r.RSSAfter > 2*r.RSSBefore {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("RSS %s after %s, over twice the %s before", Bytes(r.RSSAfter), r.Settle, Bytes(r.RSSBefore)))
@@ -299,6 +336,16 @@ func (r *HostileResult) WriteSummary(w io.Writer) {
 	}
 	if r.FastSoloRate > 0 {
 		fmt.Fprintf(w, "  fast subscriber: %.0f/s alone, %.0f/s under attack (%d published)\n", r.FastSoloRate, r.FastAttackRate, r.Published)
+	}
+	if r.Behaviours != nil {
+		var parts []string
+		for k, v := range r.Behaviours {
+			parts = append(parts, fmt.Sprintf("%s x%d", k, v))
+		}
+		fmt.Fprintf(w, "  seed %d: %s\n", r.Seed, strings.Join(sortedStrings(parts), ", "))
+	}
+	if r.ConnsAfter >= 0 {
+		fmt.Fprintf(w, "  after every client left: %d connections, %s charged to the memory budget (after %s)\n", r.ConnsAfter, Bytes(r.ChargedAfter), r.EmptyAfter)
 	}
 	var parts []string
 	for k, v := range r.Answers {

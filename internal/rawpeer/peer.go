@@ -130,8 +130,10 @@ func (p *Peer) Read(b []byte) (int, error) {
 	return p.br.Read(b)
 }
 
-// ReadFrame reads one frame within the peer's timeout and returns it with
-// the payload unmasked. It returns io.EOF if the connection ended cleanly
+// ReadFrame reads one frame and returns it with the payload unmasked. The
+// peer's timeout bounds each wait for bytes, not the whole frame: a large
+// frame that keeps arriving is read however slow the machine is, and one
+// that stops arriving fails after the timeout. It returns io.EOF if the connection ended cleanly
 // before the first byte of a frame, io.ErrUnexpectedEOF inside one, and the
 // net error (a timeout is a net.Error with Timeout() true) otherwise.
 // Memory is committed as payload arrives, not on the length the header
@@ -139,11 +141,28 @@ func (p *Peer) Read(b []byte) (int, error) {
 // error.
 func (p *Peer) ReadFrame() (Frame, error) {
 	p.readDeadline()
-	return p.readFrame()
+	return p.readFrameWith(progress{p})
 }
 
-// readFrame is ReadFrame under the read deadline already set.
-func (p *Peer) readFrame() (Frame, error) {
+// readFrame is ReadFrame under the read deadline already set, which bounds
+// the whole frame.
+func (p *Peer) readFrame() (Frame, error) { return p.readFrameWith(p.br) }
+
+// progress reads through the peer's buffer and moves the read deadline on
+// after every read that brought bytes.
+type progress struct{ p *Peer }
+
+func (r progress) Read(b []byte) (int, error) {
+	n, err := r.p.br.Read(b)
+	if n > 0 {
+		r.p.readDeadline()
+	}
+	return n, err
+}
+
+// readFrameWith reads one frame's payload through payload, its header
+// through the peer's buffer.
+func (p *Peer) readFrameWith(payload io.Reader) (Frame, error) {
 	var f Frame
 	var hdr [14]byte
 	if _, err := io.ReadFull(p.br, hdr[:2]); err != nil {
@@ -180,7 +199,7 @@ func (p *Peer) readFrame() (Frame, error) {
 		copy(f.Mask[:], hdr[hl-4:hl])
 	}
 	var buf bytes.Buffer
-	if _, err := io.CopyN(&buf, p.br, int64(n)); err != nil {
+	if _, err := io.CopyN(&buf, payload, int64(n)); err != nil {
 		return f, unexpected(err)
 	}
 	f.Payload = buf.Bytes()

@@ -1,0 +1,499 @@
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"compress/flate"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The adversary: --conns clients, each of which picks one behaviour from a
+// random stream seeded by --seed (the same seed picks the same clients,
+// behaviours, sizes and start times), against the /ws and /echo endpoints
+// of `rally serve`, while a publisher floods a topic and a fast subscriber
+// reads it. The run checks what no client may take from the others: the
+// server's memory, a fresh client's echo, the fast subscriber's rate, and,
+// once every client has left, that the server holds no connection and no
+// budget charge.
+
+// behaviours are what an adversary client can do, by name, with their
+// weight in the draw.
+var behaviours = []struct {
+	name   string
+	weight int
+}{
+	{"slowloris", 2},  // a request head one byte per second
+	{"head-hold", 1},  // 256 KiB of request head, never finished
+	{"partial", 1},    // 1 MiB of a message to /echo, all but its last byte
+	{"non-reader", 3}, // a subscriber of the flooded topic that never reads
+	{"bomb", 1},       // a compressed message to /echo inflating to 64 MiB
+	{"ping-flood", 1}, // pings to /echo as fast as the socket takes them
+	{"reconnect", 1},  // subscribes and drops, again and again
+	{"garbage", 1},    // random bytes, before or after a handshake
+	{"many-subs", 1},  // 100 subscriptions with 128-byte topic names, reading
+	{"publisher", 1},  // publishes to its own topic at 100 messages/s, reading
+	{"subscriber", 2}, // subscribes to the flooded topic and reads everything
+}
+
+// adversaryClient is one client of the draw.
+type adversaryClient struct {
+	behaviour string
+	start     time.Duration // after the attackers' phase began
+	n         int           // a size or count drawn for the behaviour
+}
+
+// drawAdversary returns the clients seed picks, in order.
+func drawAdversary(seed uint64, conns int, spread time.Duration) []adversaryClient {
+	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	total := 0
+	for _, b := range behaviours {
+		total += b.weight
+	}
+	out := make([]adversaryClient, conns)
+	for i := range out {
+		w := rng.IntN(total)
+		for _, b := range behaviours {
+			if w < b.weight {
+				out[i].behaviour = b.name
+				break
+			}
+			w -= b.weight
+		}
+		if spread > 0 {
+			out[i].start = time.Duration(rng.Int64N(int64(spread)))
+		}
+		out[i].n = rng.IntN(1 << 16)
+	}
+	return out
+}
+
+// adversary runs the draw: the fast subscriber alone for a sixth of the
+// window, then every client at its drawn start (within the next third),
+// the fast subscriber measured over the last third.
+func (h *hostileRun) adversary(ctx context.Context) {
+	wsURL := h.cfg.URL
+	echo, err := newTarget(h.cfg.ProbeURL, true, false)
+	if err != nil {
+		h.answer("bad probe URL")
+		return
+	}
+	bombTarget, _ := newTarget(h.cfg.ProbeURL, true, true)
+	clients := drawAdversary(h.cfg.Seed, h.cfg.Conns, h.cfg.Duration/3)
+	for _, c := range clients {
+		h.res.Behaviours[c.behaviour]++
+	}
+	a := &adversaryRun{h: h, ws: h.t, echo: echo, bomb: bombTarget, wsPath: pathOf(wsURL)}
+	a.bombFrame = bombPayload(64 << 20)
+
+	f := h.fastSubscriber(ctx)
+	if f == nil {
+		return
+	}
+	defer f.close()
+	h.res.FastSoloRate = f.rate(ctx, h.cfg.Duration/6)
+	began := time.Now()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			if wait := c.start - time.Since(began); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			a.run(ctx, c)
+		})
+	}
+	if wait := time.Until(deadlineOf(ctx).Add(-h.cfg.Duration / 3)); wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	h.res.FastAttackRate = f.rate(ctx, h.cfg.Duration/3)
+	h.res.Published = f.published.Load()
+	wg.Wait()
+}
+
+func pathOf(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil && u.EscapedPath() != "" {
+		return u.EscapedPath()
+	}
+	return "/"
+}
+
+// adversaryRun holds what the clients of one run share.
+type adversaryRun struct {
+	h         *hostileRun
+	ws, echo  *target
+	bomb      *target
+	wsPath    string
+	bombFrame []byte
+}
+
+// floodTopic is the topic the publisher floods, the fast subscriber and
+// the subscribers read and the non-readers do not.
+const floodTopic = "adversary"
+
+func subscribeFrame(topic string) []byte {
+	return clientFrame(opText, []byte(`{"type":"subscribe","topic":"`+topic+`"}`), [4]byte{})
+}
+
+// run is one client doing its behaviour until ctx ends or the server
+// ends the connection; what the server answered is counted.
+func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
+	h := a.h
+	switch c.behaviour {
+	case "slowloris":
+		conn := a.dialRaw(ctx)
+		if conn == nil {
+			return
+		}
+		go h.await(ctx, conn)
+		head := a.requestLine(a.ws) + "X-Slow: " + strings.Repeat("a", 1<<16)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for i := 0; i < len(head); i++ {
+			if _, err := conn.Write([]byte{head[i]}); err != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	case "head-hold":
+		conn := a.dialRaw(ctx)
+		if conn == nil {
+			return
+		}
+		go h.await(ctx, conn)
+		chunk := []byte("X-Hold: " + strings.Repeat("h", 16<<10-10) + "\r\n")
+		if _, err := io.WriteString(conn, a.requestLine(a.ws)); err != nil {
+			return
+		}
+		for sent := 0; sent < 256<<10 && ctx.Err() == nil; sent += len(chunk) {
+			if _, err := conn.Write(chunk); err != nil {
+				return
+			}
+		}
+	case "partial":
+		conn := a.dial(ctx, a.echo)
+		if conn == nil {
+			return
+		}
+		go h.await(ctx, conn)
+		const size = 1 << 20
+		hdr := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		binary.BigEndian.PutUint64(hdr[2:10], size)
+		if _, err := conn.Write(hdr); err != nil {
+			return
+		}
+		chunk := make([]byte, 64<<10)
+		for left := size - 1; left > 0 && ctx.Err() == nil; {
+			n := min(left, len(chunk))
+			if _, err := conn.Write(chunk[:n]); err != nil {
+				return
+			}
+			left -= n
+		}
+	case "non-reader":
+		conn := a.dial(ctx, a.ws)
+		if conn == nil {
+			return
+		}
+		if tc, ok := underlying(conn).(*net.TCPConn); ok {
+			tc.SetReadBuffer(4 << 10)
+		}
+		conn.Write(subscribeFrame(floodTopic))
+	case "bomb":
+		conn := a.dial(ctx, a.bomb)
+		if conn == nil {
+			return
+		}
+		if _, ok := underlying(conn).(*compressedConn); !ok {
+			h.answer("bomb: no permessage-deflate")
+			return
+		}
+		conn.Write(a.bombFrame)
+		h.await(ctx, conn)
+	case "ping-flood":
+		conn := a.dial(ctx, a.echo)
+		if conn == nil {
+			return
+		}
+		go h.await(ctx, conn)
+		var batch []byte
+		for i := range 100 {
+			batch = append(batch, clientFrame(opPing, []byte("flood-"+strconv.Itoa(i)), [4]byte{})...)
+		}
+		for ctx.Err() == nil {
+			if _, err := conn.Write(batch); err != nil {
+				return
+			}
+		}
+	case "reconnect":
+		for ctx.Err() == nil {
+			conn, _, err := a.ws.dial(ctx, true)
+			if err != nil {
+				if ctx.Err() == nil {
+					h.answer(handshakeAnswer(err))
+				}
+				return
+			}
+			conn.Write(subscribeFrame(floodTopic))
+			conn.Close()
+			h.answer("reconnected")
+		}
+	case "garbage":
+		junk := make([]byte, 512+c.n%4096)
+		rand.Read(junk)
+		var conn net.Conn
+		if c.n%2 == 0 {
+			if conn = a.dialRaw(ctx); conn == nil {
+				return
+			}
+		} else if conn = a.dial(ctx, a.echo); conn == nil {
+			return
+		}
+		conn.Write(junk)
+		h.await(ctx, conn)
+	case "many-subs":
+		conn := a.dial(ctx, a.ws)
+		if conn == nil {
+			return
+		}
+		go io.Copy(io.Discard, conn)
+		var batch []byte
+		for k := range 100 {
+			topic := fmt.Sprintf("adv-%d-%d-", c.n, k)
+			topic += strings.Repeat("t", 128-len(topic))
+			batch = append(batch, subscribeFrame(topic)...)
+		}
+		conn.Write(batch)
+	case "publisher":
+		conn := a.dial(ctx, a.ws)
+		if conn == nil {
+			return
+		}
+		go io.Copy(io.Discard, conn)
+		msg := clientFrame(opText, []byte(`{"type":"publish","topic":"adv-own-`+strconv.Itoa(c.n)+`","data":"hello"}`), [4]byte{})
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := conn.Write(msg); err != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	case "subscriber":
+		conn := a.dial(ctx, a.ws)
+		if conn == nil {
+			return
+		}
+		conn.Write(subscribeFrame(floodTopic))
+		go io.Copy(io.Discard, conn)
+	}
+}
+
+// dial opens a WebSocket connection to t and keeps it until the end of
+// the attack, or counts the server's refusal.
+func (a *adversaryRun) dial(ctx context.Context, t *target) net.Conn {
+	conn, rest, err := t.dial(ctx, true)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.h.answer(handshakeAnswer(err))
+		}
+		return nil
+	}
+	p := &prefixed{Conn: conn, rest: rest}
+	a.keep(ctx, p)
+	return p
+}
+
+// dialRaw opens a TCP connection to the server and keeps it until the end
+// of the attack.
+func (a *adversaryRun) dialRaw(ctx context.Context) net.Conn {
+	conn, err := a.h.dialRaw(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.h.answer("dial error")
+		}
+		return nil
+	}
+	a.keep(ctx, conn)
+	return conn
+}
+
+// keep keeps conn for the end of the attack, when a write still blocked
+// (the server stopped reading, as it may from an attacker) returns.
+func (a *adversaryRun) keep(ctx context.Context, conn net.Conn) {
+	a.h.keep(conn)
+	context.AfterFunc(ctx, func() { conn.SetWriteDeadline(time.Now()) })
+}
+
+func (a *adversaryRun) requestLine(t *target) string {
+	return "GET " + a.wsPath + " HTTP/1.1\r\nHost: " + t.addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+}
+
+// underlying returns the connection under a prefixed one.
+func underlying(c net.Conn) net.Conn {
+	if p, ok := c.(*prefixed); ok {
+		return p.Conn
+	}
+	return c
+}
+
+// bombPayload returns one masked, compressed binary frame that inflates
+// to n zero bytes (n a multiple of 1 MiB; RFC 7692 7.2.1: the trailing
+// 00 00 ff ff removed): one compressed MiB, flushed to a byte boundary,
+// repeated, so that it costs one MiB of compression to build.
+func bombPayload(n int) []byte {
+	var b bytes.Buffer
+	w, _ := flate.NewWriter(&b, flate.BestCompression)
+	w.Write(make([]byte, 1<<20))
+	w.Flush()
+	body := bytes.Repeat(b.Bytes(), n>>20)
+	return clientFrameRsv(opBinary, 0x40, bytes.TrimSuffix(body, []byte{0, 0, 0xff, 0xff}), [4]byte{})
+}
+
+// fastSub is the well-behaved pair whose rate is measured: a publisher
+// flooding floodTopic and a subscriber reading it.
+type fastSub struct {
+	conns                []net.Conn
+	delivered, published atomic.Int64
+}
+
+func (f *fastSub) close() {
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// rate returns the fast subscriber's deliveries per second over d.
+func (f *fastSub) rate(ctx context.Context, d time.Duration) float64 {
+	n0, t0 := f.delivered.Load(), time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	return float64(f.delivered.Load()-n0) / time.Since(t0).Seconds()
+}
+
+// fastSubscriber connects the measured pair and starts the flood.
+func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
+	fast, rest, err := h.t.dial(ctx, false)
+	if err != nil {
+		h.answer("fast subscriber: " + err.Error())
+		return nil
+	}
+	pub, prest, err := h.t.dial(ctx, false)
+	if err != nil {
+		fast.Close()
+		h.answer(handshakeAnswer(err))
+		return nil
+	}
+	f := &fastSub{conns: []net.Conn{fast, pub}}
+	go io.Copy(io.Discard, &prefixed{Conn: pub, rest: prest})
+	if _, err := fast.Write(subscribeFrame(floodTopic)); err != nil {
+		f.close()
+		return nil
+	}
+	go func() {
+		r := newReader(fast, 64<<10, rest)
+		for {
+			if _, err := r.next(nil, false); err != nil {
+				return
+			}
+			f.delivered.Add(1)
+		}
+	}()
+	go func() {
+		msg := clientFrame(opText, []byte(`{"type":"publish","topic":"`+floodTopic+`","data":"`+strings.Repeat("x", 1000)+`"}`), [4]byte{})
+		for ctx.Err() == nil {
+			if _, err := pub.Write(msg); err != nil {
+				return
+			}
+			f.published.Add(1)
+		}
+	}()
+	return f
+}
+
+// serverHolds reads the server's metrics: its open WebSocket connections
+// (rally_connections, every endpoint) and the bytes charged to its memory
+// budget (rally_memory_budget_used_bytes, every category). ok is false if
+// the metrics could not be read.
+func serverHolds(client *http.Client, metricsURL string) (conns, charged int64, ok bool) {
+	resp, err := client.Get(metricsURL)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, _, _ := strings.Cut(line, " ")
+		name, _, _ = strings.Cut(name, "{")
+		if name != "rally_connections" && name != "rally_memory_budget_used_bytes" {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			continue
+		}
+		if name == "rally_connections" {
+			conns += int64(f)
+		} else {
+			charged += int64(f)
+		}
+		ok = true
+	}
+	return conns, charged, ok
+}
+
+// awaitServerEmpty polls the server's metrics until it holds no
+// connection and no budget charge, or until settle has passed, and
+// records what it held last and how long it took.
+func (h *hostileRun) awaitServerEmpty(ctx context.Context, settle time.Duration) {
+	if h.cfg.MetricsURL == "" {
+		return
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	start := time.Now()
+	for {
+		conns, charged, ok := serverHolds(client, h.cfg.MetricsURL)
+		if ok {
+			h.res.ConnsAfter, h.res.ChargedAfter = conns, charged
+			h.res.EmptyAfter = time.Since(start).Round(time.Millisecond).String()
+		}
+		if ok && conns == 0 && charged == 0 || time.Since(start) >= settle {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

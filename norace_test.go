@@ -1,0 +1,5 @@
+//go:build !race
+
+package rally
+
+const raceEnabled = false
