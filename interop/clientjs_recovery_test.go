@@ -269,7 +269,7 @@ func TestJSClientRecoversOnAnotherNodeAfterItsServerDies(t *testing.T) {
 		node := func(t *testing.T, name string) *rallyServe {
 			cfg := historyConfig(1000)
 			cfg.Node = name
-			cfg.NATS = server.NATSConfig{URL: nats.ClientURL()}
+			cfg.NATS = server.NATSConfig{URL: nats.ClientURL(), ClusterSecret: "interop-cluster-secret-0123456789"}
 			return startRallyServe(t, mode, cfg)
 		}
 		for i, rt := range jsRuntimes {

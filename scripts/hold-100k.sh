@@ -87,7 +87,7 @@ for i in $(seq 1 "$SERVERS"); do
 	else
 		nats=(--nats "nats://127.0.0.1:$NATS_PORT")
 	fi
-	"$RALLY" serve "${common[@]}" --node "s$i" "${nats[@]}" >"$OUT/server-$i.log" 2>&1 &
+	"$RALLY" serve "${common[@]}" --node "s$i" "${nats[@]}" --cluster-secret "${RALLY_CLUSTER_SECRET:-hold-100k-local-cluster-secret}" >"$OUT/server-$i.log" 2>&1 &
 	pids+=($!)
 	# Wait for the banner: the port is bound (and, for the first, NATS is up).
 	for _ in $(seq 1 100); do
