@@ -6,7 +6,6 @@ import (
 	"compress/flate"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -164,54 +163,21 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 			return
 		}
 		go h.await(ctx, conn)
-		head := a.requestLine(a.ws) + "X-Slow: " + strings.Repeat("a", 1<<16)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for i := 0; i < len(head); i++ {
-			if _, err := conn.Write([]byte{head[i]}); err != nil {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
+		dripHead(ctx, conn, a.requestLine(a.ws))
 	case "head-hold":
 		conn := a.dialRaw(ctx)
 		if conn == nil {
 			return
 		}
 		go h.await(ctx, conn)
-		chunk := []byte("X-Hold: " + strings.Repeat("h", 16<<10-10) + "\r\n")
-		if _, err := io.WriteString(conn, a.requestLine(a.ws)); err != nil {
-			return
-		}
-		for sent := 0; sent < 256<<10 && ctx.Err() == nil; sent += len(chunk) {
-			if _, err := conn.Write(chunk); err != nil {
-				return
-			}
-		}
+		holdHead(ctx, conn, a.requestLine(a.ws), 256<<10)
 	case "partial":
 		conn := a.dial(ctx, a.echo)
 		if conn == nil {
 			return
 		}
 		go h.await(ctx, conn)
-		const size = 1 << 20
-		hdr := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-		binary.BigEndian.PutUint64(hdr[2:10], size)
-		if _, err := conn.Write(hdr); err != nil {
-			return
-		}
-		chunk := make([]byte, 64<<10)
-		for left := size - 1; left > 0 && ctx.Err() == nil; {
-			n := min(left, len(chunk))
-			if _, err := conn.Write(chunk[:n]); err != nil {
-				return
-			}
-			left -= n
-		}
+		sendPartial(ctx, conn, 1<<20, make([]byte, 64<<10))
 	case "non-reader":
 		conn := a.dial(ctx, a.ws)
 		if conn == nil {

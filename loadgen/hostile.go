@@ -507,26 +507,29 @@ func (h *hostileRun) slowloris(ctx context.Context) {
 		}
 		h.keep(c)
 		go h.await(ctx, c)
-		head := h.requestLine() + "X-Slow: " + strings.Repeat("a", 1<<16)
-		go func() {
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for i := 0; i < len(head); i++ {
-				if _, err := c.Write([]byte{head[i]}); err != nil {
-					return
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		}()
+		go dripHead(ctx, c, h.requestLine())
 	})
 }
 
+// dripHead sends a request head that never ends (requestLine, then a
+// 64 KiB header) one byte a second, until ctx ends or the server cuts c.
+func dripHead(ctx context.Context, c net.Conn, requestLine string) {
+	head := requestLine + "X-Slow: " + strings.Repeat("a", 1<<16)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; i < len(head); i++ {
+		if _, err := c.Write([]byte{head[i]}); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func (h *hostileRun) headHold(ctx context.Context) {
-	chunk := []byte("X-Hold: " + strings.Repeat("h", 16<<10-10) + "\r\n")
 	each(ctx, h.cfg.Conns, func(int) {
 		c, err := h.dialRaw(ctx)
 		if err != nil {
@@ -535,19 +538,25 @@ func (h *hostileRun) headHold(ctx context.Context) {
 		}
 		h.keep(c)
 		go h.await(ctx, c)
-		if _, err := io.WriteString(c, h.requestLine()); err != nil {
-			return
-		}
-		for sent := 0; sent < h.cfg.Size && ctx.Err() == nil; sent += len(chunk) {
-			if _, err := c.Write(chunk); err != nil {
-				return
-			}
-		}
+		holdHead(ctx, c, h.requestLine(), h.cfg.Size)
 	})
 }
 
+// holdHead sends requestLine and then size bytes of 16 KiB headers as
+// fast as the server takes them, and never ends the head.
+func holdHead(ctx context.Context, c net.Conn, requestLine string, size int) {
+	chunk := []byte("X-Hold: " + strings.Repeat("h", 16<<10-10) + "\r\n")
+	if _, err := io.WriteString(c, requestLine); err != nil {
+		return
+	}
+	for sent := 0; sent < size && ctx.Err() == nil; sent += len(chunk) {
+		if _, err := c.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
 func (h *hostileRun) partial(ctx context.Context) {
-	size := h.cfg.Size
 	chunk := make([]byte, 64<<10)
 	each(ctx, h.cfg.Conns, func(int) {
 		c, rest, err := h.t.dial(ctx, true)
@@ -558,21 +567,26 @@ func (h *hostileRun) partial(ctx context.Context) {
 		p := &prefixed{Conn: c, rest: rest}
 		h.keep(p)
 		go h.await(ctx, p)
-		// A binary frame that claims size bytes, of which all but the
-		// last one are sent (masked with a zero key: the bytes as they are).
-		hdr := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-		binary.BigEndian.PutUint64(hdr[2:10], uint64(size))
-		if _, err := c.Write(hdr); err != nil {
+		sendPartial(ctx, c, h.cfg.Size, chunk)
+	})
+}
+
+// sendPartial sends a binary frame that claims size bytes, of which all
+// but the last one are sent (masked with a zero key: the bytes as they
+// are), in pieces of chunk (zeros, shared between connections).
+func sendPartial(ctx context.Context, c net.Conn, size int, chunk []byte) {
+	hdr := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint64(hdr[2:10], uint64(size))
+	if _, err := c.Write(hdr); err != nil {
+		return
+	}
+	for left := size - 1; left > 0 && ctx.Err() == nil; {
+		n := min(left, len(chunk))
+		if _, err := c.Write(chunk[:n]); err != nil {
 			return
 		}
-		for left := size - 1; left > 0 && ctx.Err() == nil; {
-			n := min(left, len(chunk))
-			if _, err := c.Write(chunk[:n]); err != nil {
-				return
-			}
-			left -= n
-		}
-	})
+		left -= n
+	}
 }
 
 func handshakeAnswer(err error) string {
