@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rallyws/rally/gorilla/websocket"
+	"github.com/rallyws/rally/internal/rawpeer"
 )
 
 // The allocations per message of gorilla's four message methods, on the
@@ -33,7 +34,8 @@ func benchSink(b *testing.B) *websocket.Conn {
 	s := receive(b, conns)
 	s.SetReadDeadline(timeZero)
 	p.nc.SetDeadline(timeZero)
-	go io.Copy(io.Discard, p.br)
+	p.SetTimeout(0)
+	go io.Copy(io.Discard, p.Peer)
 	return s
 }
 
@@ -46,7 +48,7 @@ func benchSource(b *testing.B, n int) *websocket.Conn {
 	s.SetReadDeadline(timeZero)
 	p.nc.SetDeadline(timeZero)
 	var frames bytes.Buffer
-	capture := &rawPeer{t: b, nc: writerConn{p.nc, &frames}}
+	capture := &rawPeer{t: b, Peer: rawpeer.NewPeer(writerConn{p.nc, &frames}, true)}
 	for frames.Len() < 256<<10 {
 		capture.frame(true, 0x2, make([]byte, n))
 	}

@@ -1,29 +1,28 @@
 package websocket_test
 
 import (
-	"bufio"
-	"crypto/sha1"
 	"crypto/x509"
-	"encoding/base64"
-	"encoding/binary"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally/internal/rawpeer"
 )
 
-// rawPeer is a client written by hand from RFC 6455, to send the server
-// frames no well-behaved library would, and to see the bytes it answers.
+// rawPeer is the project's raw test peer (internal/rawpeer, written from
+// RFC 6455, not from rally) with the few calls these tests make, failing
+// the test on an error: it sends the server frames no well-behaved library
+// would, and sees the bytes it answers.
 type rawPeer struct {
-	t  testing.TB
-	nc net.Conn
-	br *bufio.Reader
+	t testing.TB
+	*rawpeer.Peer
+	nc net.Conn // the TCP connection, for closing it or writing around the peer
 }
 
 // rawDial opens a TCP connection to the ws:// url and completes the
-// opening handshake.
+// opening handshake; each read and write of the peer is bounded by wait.
 func rawDial(t testing.TB, url string) *rawPeer {
 	t.Helper()
 	host := strings.TrimPrefix(url, "ws://")
@@ -31,58 +30,30 @@ func rawDial(t testing.TB, url string) *rawPeer {
 	if i := strings.IndexByte(host, '/'); i >= 0 {
 		host, path = host[:i], host[i:]
 	}
-	nc, err := net.DialTimeout("tcp", host, wait)
+	p, _, err := rawpeer.DialClient(host, path, nil, wait)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { nc.Close() })
-	nc.SetDeadline(time.Now().Add(wait))
-	req := "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-	if _, err := io.WriteString(nc, req); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(nc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("handshake: %s", resp.Status)
-	}
-	return &rawPeer{t: t, nc: nc, br: br}
+	t.Cleanup(func() { p.Close() })
+	return &rawPeer{t: t, Peer: p, nc: p.NetConn()}
 }
 
 // frame sends one masked frame.
 func (p *rawPeer) frame(fin bool, op byte, payload []byte) {
 	p.t.Helper()
-	p.send(fin, op, payload, int64(len(payload)))
+	if err := p.WriteFrame(rawpeer.Frame{Fin: fin, Opcode: op, Payload: payload}); err != nil {
+		p.t.Fatal(err)
+	}
 }
 
-// send sends a masked frame header claiming length, then payload.
+// send sends a masked frame whose header claims length bytes, then only
+// payload (the first len(payload) of them).
 func (p *rawPeer) send(fin bool, op byte, payload []byte, length int64) {
 	p.t.Helper()
-	b0 := op
-	if fin {
-		b0 |= 0x80
-	}
-	h := []byte{b0}
-	switch {
-	case length < 126:
-		h = append(h, 0x80|byte(length))
-	case length < 1<<16:
-		h = append(h, 0x80|126, byte(length>>8), byte(length))
-	default:
-		h = append(h, 0x80|127)
-		h = binary.BigEndian.AppendUint64(h, uint64(length))
-	}
-	mask := [4]byte{1, 2, 3, 4}
-	h = append(h, mask[:]...)
-	masked := make([]byte, len(payload))
-	for i, c := range payload {
-		masked[i] = c ^ mask[i%4]
-	}
-	if _, err := p.nc.Write(append(h, masked...)); err != nil {
+	full := make([]byte, length)
+	copy(full, payload)
+	b := rawpeer.Build(rawpeer.Frame{Fin: fin, Opcode: op, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Payload: full})
+	if err := p.WriteRaw(b[:len(b)-int(length)+len(payload)]); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -90,32 +61,17 @@ func (p *rawPeer) send(fin bool, op byte, payload []byte, length int64) {
 // closeFrame sends a close frame with code and reason.
 func (p *rawPeer) closeFrame(code uint16, reason string) {
 	p.t.Helper()
-	p.frame(true, 0x8, append([]byte{byte(code >> 8), byte(code)}, reason...))
+	p.frame(true, rawpeer.OpClose, rawpeer.CloseBody(code, reason))
 }
 
-// next reads one unmasked frame from the server.
+// next reads one frame from the server.
 func (p *rawPeer) next() (fin bool, op byte, payload []byte) {
 	p.t.Helper()
-	var h [2]byte
-	if _, err := io.ReadFull(p.br, h[:]); err != nil {
+	f, err := p.ReadFrame()
+	if err != nil {
 		p.t.Fatalf("reading a frame: %v", err)
 	}
-	n := int64(h[1] & 0x7f)
-	switch n {
-	case 126:
-		var b [2]byte
-		io.ReadFull(p.br, b[:])
-		n = int64(binary.BigEndian.Uint16(b[:]))
-	case 127:
-		var b [8]byte
-		io.ReadFull(p.br, b[:])
-		n = int64(binary.BigEndian.Uint64(b[:]))
-	}
-	payload = make([]byte, n)
-	if _, err := io.ReadFull(p.br, payload); err != nil {
-		p.t.Fatalf("reading a payload: %v", err)
-	}
-	return h[0]&0x80 != 0, h[0] & 0x0f, payload
+	return f.Fin, f.Opcode, f.Payload
 }
 
 // closeCode reads frames until a close frame and returns its code (1005
@@ -124,21 +80,19 @@ func (p *rawPeer) closeCode() int {
 	p.t.Helper()
 	for {
 		_, op, payload := p.next()
-		if op != 0x8 {
+		if op != rawpeer.OpClose {
 			continue
 		}
 		if len(payload) < 2 {
 			return 1005
 		}
-		return int(binary.BigEndian.Uint16(payload))
+		code, _, _ := rawpeer.ParseClose(payload)
+		return int(code)
 	}
 }
 
 // acceptKey is Sec-WebSocket-Accept for key (RFC 6455 4.2.2).
-func acceptKey(key string) string {
-	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-	return base64.StdEncoding.EncodeToString(h[:])
-}
+func acceptKey(key string) string { return rawpeer.AcceptKey(key) }
 
 type x509CertPool = x509.CertPool
 
