@@ -212,13 +212,9 @@ func TestABlockedReceiverCostsNoWriteAttemptPerSend(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		deadline := time.Now().Add(wireTimeout)
-		for !w.Writing() || w.Written() < 4<<20 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the stream took %d bytes; want its 4 MiB window filled and a write blocked", w.Written())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitUntil(t, "the stream's 4 MiB window is filled and a write blocked", func() bool {
+			return w.Writing() && w.Written() >= 4<<20
+		})
 		before := w.Calls()
 		sendMany(t, c, pm)
 		if n := w.Calls() - before; n > maxAttempts {
