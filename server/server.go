@@ -124,6 +124,11 @@ type Config struct {
 	// request heads, /echo messages (see protect.go).
 	Protection
 
+	// PusherApps are the apps served over the Pusher Channels protocol
+	// (/app/{key} for clients, /apps/{app_id}/... for backends; see
+	// docs/PUSHER.md). None: those endpoints are not served.
+	PusherApps []PusherApp
+
 	// EventLoop runs the WebSocket connections of /ws, /echo and /chat on
 	// rally's event loops instead of a goroutine each (rally.Server's
 	// EventLoop; see engine.go).
@@ -169,6 +174,10 @@ type Server struct {
 	histHub    *histHub
 	recoveries *prometheus.CounterVec
 	presence   *presence // nil without presence topics
+
+	pusherWS   *rally.Server         // nil without Pusher apps
+	pusherKeys map[string]*pusherApp // by key
+	pusherIDs  map[string]*pusherApp // by app id
 }
 
 // ConfigError is a setting New refuses before doing anything: a value
@@ -346,6 +355,10 @@ func New(cfg Config) (*Server, error) {
 	chatOpts.Authorize = s.authorize("chat")
 	s.chat = &rally.Server{Options: &chatOpts, Open: s.chatOpen, Message: s.chatMessage, Close: s.closed("chat")}
 	s.useEngine(s.echo, s.ws, s.chat)
+	if err := s.startPusher(wsConn, compression); err != nil {
+		s.shutdownNodes()
+		return nil, err
+	}
 
 	s.mux = http.NewServeMux()
 	s.mux.Handle("GET /echo", s.limit(s.echo))
@@ -368,6 +381,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /stats", s.stats)
 	s.mux.Handle("GET /client.js", clientModule())
 	s.mux.Handle("GET /{$}", demoPage())
+	s.pusherRoutes()
 	if err := s.protect(); err != nil {
 		s.shutdownNodes()
 		return nil, err
@@ -501,7 +515,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// they get their 1001 from the WebSocket servers.
 	hs.Shutdown(sctx)
 	var wg sync.WaitGroup
-	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
+	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat, s.pusherWS} {
+		if ws == nil {
+			continue
+		}
 		wg.Go(func() { ws.Shutdown(sctx) })
 	}
 	wg.Wait()
@@ -539,6 +556,9 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "  echo:     %s://%s/echo\n", ws, a)
 	fmt.Fprintf(out, "  chat:     %s://%s/chat (one room, for rally bench chat)\n", ws, a)
 	fmt.Fprintf(out, "  metrics:  %s://%s/metrics\n", http, a)
+	for _, app := range s.cfg.PusherApps {
+		fmt.Fprintf(out, "  pusher:   app %s: %s://%s/app/%s, HTTP API %s://%s/apps/%s\n", app.ID, ws, a, app.Key, http, a, app.ID)
+	}
 	if e := s.embeddedNATS; e != nil {
 		fmt.Fprintf(out, "  NATS:     embedded server for other nodes' --nats at %s\n", e.ClientURL())
 		if u := e.ClusterURL(); u != "" {

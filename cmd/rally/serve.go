@@ -83,6 +83,10 @@ var serveGroups = []struct {
 		{name: "nats-routes", env: "RALLY_NATS_ROUTES", value: "URL,URL"},
 	}, natsAuthServeFlags...)},
 	{"History, recovery and presence (see docs/SERVE.md)", historyServeFlags},
+	{"Pusher Channels protocol (see docs/PUSHER.md)", []serveFlag{
+		{name: "pusher-app", env: "RALLY_PUSHER_APPS", value: "ID:KEY:SECRET"},
+		{name: "pusher-webhook", env: "RALLY_PUSHER_WEBHOOKS", value: "ID=URL"},
+	}},
 	{"Under attack (memory, request heads; see docs/SERVE.md)", protectServeFlags},
 	{"Logs", []serveFlag{
 		{name: "log-format", env: "RALLY_LOG_FORMAT", value: "text|json"},
@@ -126,6 +130,19 @@ type list []string
 
 func (l *list) String() string { return strings.Join(*l, ",") }
 
+// repeated is a list flag that may be given several times: each adds to
+// it.
+type repeated list
+
+func (l *repeated) String() string { return strings.Join(*l, ",") }
+
+func (l *repeated) Set(v string) error {
+	var more list
+	more.Set(v)
+	*l = append(*l, more...)
+	return nil
+}
+
 func (l *list) Set(v string) error {
 	*l = nil
 	for _, s := range strings.Split(v, ",") {
@@ -140,6 +157,7 @@ func (l *list) Set(v string) error {
 // file of `rally serve` ask for.
 type serveSetup struct {
 	cfg       server.Config
+	pusher    struct{ apps, webhooks repeated }
 	logFormat string
 	logLevel  slog.Level
 }
@@ -176,6 +194,8 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.Var(routes, "nats-routes", "cluster addresses of other embedded NATS servers to route to")
 	protectFlags(fs, &cfg.Protection, &cfg.NATS)
 	historyFlags(fs, &cfg.History, &cfg.Presence)
+	fs.Var(&s.pusher.apps, "pusher-app", "serve an app over the Pusher Channels protocol (/app/KEY for pusher-js,\n/apps/ID/... for server SDKs); repeat for more apps, optionally with limits\n(ID:KEY:SECRET:max-connections=N:client-event-rate=N:max-message-bytes=N:\nmax-presence-members=N)")
+	fs.Var(&s.pusher.webhooks, "pusher-webhook", "send the webhooks of Pusher app ID to URL (repeatable)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text or json")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "least level logged: debug, info, warn or error")
 	fs.StringVar(config, "config", "", "read settings from this TOML file (keys are flag names)")
@@ -207,6 +227,9 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveSetup, int) {
 	}
 	if err == nil && s.logFormat != "text" && s.logFormat != "json" {
 		err = cli.Usagef("--log-format is %q, want text or json", s.logFormat)
+	}
+	if err == nil {
+		err = s.pusherApps()
 	}
 	if status := cli.Exit("rally serve", err, stdout, stderr, func(w io.Writer) { serveUsage(fs, w) }); status >= 0 {
 		return nil, status
@@ -329,6 +352,9 @@ func serveConfigFile(fs *flag.FlagSet, path string, given map[string]bool) error
 // configValue is the flag value that v, as decoded from TOML, stands for.
 func configValue(f *flag.Flag, v any) (string, error) {
 	_, isList := f.Value.(*list)
+	if _, ok := f.Value.(*repeated); ok {
+		isList = true
+	}
 	switch v := v.(type) {
 	case string:
 		return v, nil
@@ -343,7 +369,7 @@ func configValue(f *flag.Flag, v any) (string, error) {
 		return strconv.FormatFloat(v, 'g', -1, 64), nil
 	case []any:
 		if !isList {
-			return "", errors.New("a list is only for origins, nats-routes, history and presence")
+			return "", errors.New("a list is only for origins, nats-routes, history, presence, pusher-app and pusher-webhook")
 		}
 		items := make([]string, len(v))
 		for i, item := range v {
@@ -420,4 +446,25 @@ func serveUsage(fs *flag.FlagSet, w io.Writer) {
 			cli.PrintFlag(w, fs.Lookup(sf.name), sf.value, "env "+sf.env)
 		}
 	}
+}
+
+// pusherApps fills the config's Pusher apps from --pusher-app and
+// --pusher-webhook.
+func (s *serveSetup) pusherApps() error {
+	for _, spec := range s.pusher.apps {
+		app, err := server.ParsePusherApp(spec)
+		if err != nil {
+			return cli.Usagef("%s", strings.TrimPrefix(err.Error(), "rally serve: "))
+		}
+		s.cfg.PusherApps = append(s.cfg.PusherApps, app)
+	}
+	for _, hook := range s.pusher.webhooks {
+		id, url, ok := strings.Cut(hook, "=")
+		i := slices.IndexFunc(s.cfg.PusherApps, func(a server.PusherApp) bool { return a.ID == id })
+		if !ok || i < 0 || !strings.HasPrefix(url, "http") {
+			return cli.Usagef("--pusher-webhook %q is not ID=URL of a --pusher-app ID and an http(s) URL", hook)
+		}
+		s.cfg.PusherApps[i].Webhooks = append(s.cfg.PusherApps[i].Webhooks, url)
+	}
+	return nil
 }

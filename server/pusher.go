@@ -1,0 +1,544 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/pubsub"
+)
+
+// The Pusher Channels protocol, version 7: /app/{key} for clients.
+
+// Error codes of pusher:error (the protocol's): 4000-4099 do not
+// reconnect, 4100-4199 reconnect after a while, 4200-4299 reconnect at
+// once, 4300+ are errors that keep the connection.
+const (
+	pusherUnknownApp      = 4001
+	pusherBadProtocol     = 4007
+	pusherOverQuota       = 4004
+	pusherUnauthorized    = 4009
+	pusherOverCapacity    = 4100
+	pusherReconnect       = 4200
+	pusherClientEventRate = 4301
+	pusherGeneric         = 4302
+)
+
+// pusherActivityTimeout is the activity_timeout told to clients, in
+// seconds: a client pings after that long without a message.
+const pusherActivityTimeout = 120
+
+// pusherConn is what the server keeps of one /app/{key} connection.
+type pusherConn struct {
+	app      *pusherApp
+	socketID string
+	refuse   int               // pusher:error code to send on open, then close
+	reason   string            // its message
+	subs     map[string]string // channel: user_id on presence channels
+	user     string            // signed in user, or ""
+	tokens   float64           // client events left in the bucket
+	last     time.Time         // when tokens was counted
+}
+
+// pusherMsg is one message of the protocol.
+type pusherMsg struct {
+	Event   string          `json:"event"`
+	Channel string          `json:"channel,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	UserID  string          `json:"user_id,omitempty"`
+}
+
+func newSocketID() string {
+	a, _ := rand.Int(rand.Reader, big.NewInt(1e12))
+	b, _ := rand.Int(rand.Reader, big.NewInt(1e12))
+	return a.String() + "." + b.String()
+}
+
+// pusherAuthorize accepts every handshake on /app/{key}: an unknown key
+// or protocol is answered in the protocol (pusher:error, then close).
+func (s *Server) pusherAuthorize(r *http.Request) (any, *rally.Rejection) {
+	pc := &pusherConn{socketID: newSocketID(), subs: map[string]string{}}
+	app := s.pusherKeys[r.PathValue("key")]
+	if app == nil {
+		pc.refuse, pc.reason = pusherUnknownApp, "App key "+r.PathValue("key")+" not in this cluster"
+		return pc, nil
+	}
+	pc.app = app
+	pc.tokens, pc.last = app.ClientEventRate, time.Now()
+	if p, err := strconv.Atoi(r.URL.Query().Get("protocol")); err != nil || p < 5 || p > 7 {
+		pc.refuse, pc.reason = pusherBadProtocol, "Unsupported protocol version"
+	}
+	return pc, nil
+}
+
+func (s *Server) pusherOpen(c *rally.Conn) {
+	s.m.connections.WithLabelValues("pusher").Inc()
+	s.m.connectionsTotal.WithLabelValues("pusher").Inc()
+	s.countOpened(c)
+	pc := c.Data().(*pusherConn)
+	if pc.refuse == 0 {
+		a := pc.app
+		a.mu.Lock()
+		if a.MaxConnections > 0 && a.conns >= a.MaxConnections {
+			pc.refuse, pc.reason = pusherOverQuota, "Application is over connection quota"
+		} else {
+			a.conns++
+			a.sockets[pc.socketID] = c
+		}
+		a.mu.Unlock()
+	}
+	if pc.refuse != 0 {
+		pusherError(c, pc.refuse, pc.reason)
+		c.Close(uint16(pc.refuse), pc.reason)
+		return
+	}
+	data, _ := json.Marshal(map[string]any{"socket_id": pc.socketID, "activity_timeout": pusherActivityTimeout})
+	pusherSend(c, "pusher:connection_established", "", data)
+}
+
+func (s *Server) pusherClose(c *rally.Conn, ce *rally.CloseError) {
+	pc := c.Data().(*pusherConn)
+	if a := pc.app; a != nil && pc.refuse == 0 {
+		for ch := range pc.subs {
+			s.pusherLeave(c, pc, ch)
+		}
+		a.mu.Lock()
+		a.conns--
+		delete(a.sockets, pc.socketID)
+		if pc.user != "" {
+			delete(a.users[pc.user], c)
+			if len(a.users[pc.user]) == 0 {
+				delete(a.users, pc.user)
+			}
+		}
+		a.mu.Unlock()
+	}
+	s.conns.Add(-1)
+	s.m.closed("pusher", ce.Code)
+	s.countClosed(c)
+	if s.closedHook != nil {
+		s.closedHook()
+	}
+}
+
+// pusherSend sends one event; data is JSON (a string, for events of the
+// server).
+func pusherSend(c *rally.Conn, event, channel string, data []byte) {
+	c.Send(rally.Text, pusherFrame(event, channel, data, ""))
+}
+
+// pusherFrame builds {"event":E,"channel":C,"data":D,"user_id":U}, with
+// data JSON as it is, the data made a JSON string when it is an object
+// (the protocol's data is a string of JSON).
+func pusherFrame(event, channel string, data []byte, userID string) []byte {
+	if len(data) > 0 && data[0] != '"' {
+		data, _ = json.Marshal(string(data))
+	}
+	b, _ := json.Marshal(pusherMsg{Event: event, Channel: channel, Data: data, UserID: userID})
+	return b
+}
+
+func pusherError(c *rally.Conn, code int, message string) {
+	data, _ := json.Marshal(map[string]any{"code": code, "message": message})
+	b, _ := json.Marshal(pusherMsg{Event: "pusher:error", Data: data})
+	c.Send(rally.Text, b)
+}
+
+func pusherSubscriptionError(c *rally.Conn, channel, typ, message string, status int) {
+	data, _ := json.Marshal(map[string]any{"type": typ, "error": message, "status": status})
+	pusherSend(c, "pusher:subscription_error", channel, data)
+}
+
+// dataObject returns the data of a pusher: event as an object: clients
+// send an object, some a string holding one.
+func dataObject(raw json.RawMessage, v any) error {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return err
+		}
+		raw = []byte(s)
+	}
+	return json.Unmarshal(raw, v)
+}
+
+func (s *Server) pusherMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
+	pc := c.Data().(*pusherConn)
+	if pc.refuse != 0 {
+		return
+	}
+	if typ != rally.Text {
+		pusherError(c, pusherGeneric, "the protocol is JSON text messages")
+		return
+	}
+	if len(p) > pc.app.MaxMessageBytes {
+		s.count("invalid", len(p))
+		pusherError(c, pusherGeneric, fmt.Sprintf("message larger than %d bytes, the app's limit", pc.app.MaxMessageBytes))
+		return
+	}
+	var m pusherMsg
+	if err := json.Unmarshal(p, &m); err != nil {
+		s.count("invalid", len(p))
+		pusherError(c, pusherGeneric, "message is not a JSON object of the protocol")
+		return
+	}
+	s.count("pusher", len(p))
+	switch {
+	case m.Event == "pusher:ping":
+		pusherSend(c, "pusher:pong", "", []byte(`"{}"`))
+	case m.Event == "pusher:pong":
+	case m.Event == "pusher:subscribe":
+		s.pusherSubscribe(c, pc, m.Data)
+	case m.Event == "pusher:unsubscribe":
+		var d struct{ Channel string }
+		if dataObject(m.Data, &d) == nil && d.Channel != "" {
+			if _, ok := pc.subs[d.Channel]; ok {
+				s.pusherLeave(c, pc, d.Channel)
+			}
+		}
+	case m.Event == "pusher:signin":
+		s.pusherSignin(c, pc, m.Data)
+	case strings.HasPrefix(m.Event, "client-"):
+		s.pusherClientEvent(c, pc, &m)
+	default:
+		pusherError(c, pusherGeneric, "unknown event "+strconv.Quote(m.Event))
+	}
+}
+
+// validChannel checks a channel name as Pusher does: 1 to 164 bytes of
+// letters, digits and _-=@,.;
+func validChannel(ch string) bool {
+	if ch == "" || len(ch) > 164 {
+		return false
+	}
+	for i := 0; i < len(ch); i++ {
+		b := ch[i]
+		if 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("_-=@,.;", b) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+func isPresence(ch string) bool { return strings.HasPrefix(ch, "presence-") }
+func isPrivate(ch string) bool  { return strings.HasPrefix(ch, "private-") || isPresence(ch) }
+func isCache(ch string) bool {
+	for _, p := range []string{"cache-", "private-cache-", "private-encrypted-cache-", "presence-cache-"} {
+		if strings.HasPrefix(ch, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMessage) {
+	var d struct {
+		Channel     string `json:"channel"`
+		Auth        string `json:"auth"`
+		ChannelData string `json:"channel_data"`
+	}
+	if err := dataObject(raw, &d); err != nil || !validChannel(d.Channel) {
+		pusherSubscriptionError(c, d.Channel, "InvalidChannel", "invalid channel name", 400)
+		return
+	}
+	a := pc.app
+	if _, ok := pc.subs[d.Channel]; ok {
+		pusherSend(c, "pusher_internal:subscription_succeeded", d.Channel, []byte(`"{}"`))
+		return
+	}
+	if s.cfg.MaxSubscriptions > 0 && len(pc.subs) >= s.cfg.MaxSubscriptions {
+		pusherSubscriptionError(c, d.Channel, "LimitReached", "a connection may subscribe to at most "+strconv.Itoa(s.cfg.MaxSubscriptions)+" channels", 400)
+		return
+	}
+	var user string
+	var info []byte
+	if isPrivate(d.Channel) {
+		msg := pc.socketID + ":" + d.Channel
+		if isPresence(d.Channel) {
+			msg += ":" + d.ChannelData
+		}
+		if !a.checkAuth(d.Auth, msg) {
+			pusherSubscriptionError(c, d.Channel, "AuthError", "invalid signature", 401)
+			pusherError(c, pusherUnauthorized, "Invalid signature: subscription to "+d.Channel+" refused")
+			return
+		}
+	}
+	if isPresence(d.Channel) {
+		var cd struct {
+			UserID   json.RawMessage `json:"user_id"`
+			UserInfo json.RawMessage `json:"user_info"`
+		}
+		if err := json.Unmarshal([]byte(d.ChannelData), &cd); err != nil || len(cd.UserID) == 0 {
+			pusherSubscriptionError(c, d.Channel, "AuthError", "channel_data needs a user_id", 400)
+			return
+		}
+		user = string(cd.UserID)
+		if cd.UserID[0] == '"' {
+			json.Unmarshal(cd.UserID, &user)
+		}
+		info = cd.UserInfo
+		a.mu.Lock()
+		full := len(a.members[d.Channel]) >= a.MaxPresenceMembers && a.members[d.Channel][user] == nil
+		a.mu.Unlock()
+		if full {
+			pusherSubscriptionError(c, d.Channel, "LimitReached", "presence channel full: "+strconv.Itoa(a.MaxPresenceMembers)+" members", 400)
+			return
+		}
+	}
+	topic := a.topic(d.Channel)
+	if err := s.hub.Subscribe(c, topic); err != nil {
+		switch {
+		case errors.Is(err, rally.ErrClosed):
+			return
+		case errors.Is(err, pubsub.ErrNoMemory):
+			s.m.refusals.WithLabelValues("subscriptions_memory").Inc()
+			pusherSubscriptionError(c, d.Channel, "LimitReached", "the server's memory budget has no room for another subscription", 503)
+			return
+		}
+		s.log.Warn("pusher subscribe: other nodes not told", "channel", d.Channel, "err", err)
+	}
+	pc.subs[d.Channel] = user
+	s.subs.Add(1)
+	s.m.subscriptions.Inc()
+	a.mu.Lock()
+	a.channels[d.Channel]++
+	occupied := a.channels[d.Channel] == 1
+	var data []byte
+	var added bool
+	if isPresence(d.Channel) {
+		ms := a.members[d.Channel]
+		if ms == nil {
+			ms = map[string]*pusherMember{}
+			a.members[d.Channel] = ms
+		}
+		m := ms[user]
+		if m == nil {
+			m = &pusherMember{info: info}
+			ms[user] = m
+			added = true
+		}
+		m.conns++
+		data = presenceData(ms)
+	}
+	cached := a.cache[d.Channel]
+	a.mu.Unlock()
+	if occupied {
+		a.hook(hookEvent{Name: "channel_occupied", Channel: d.Channel})
+	}
+	if added {
+		md, _ := json.Marshal(map[string]any{"user_id": user, "user_info": json.RawMessage(orNull(info))})
+		s.hub.PublishFrom(c, topic, rally.Text, pusherFrame("pusher_internal:member_added", d.Channel, md, ""))
+		a.hook(hookEvent{Name: "member_added", Channel: d.Channel, UserID: user})
+	}
+	if data == nil {
+		data = []byte(`"{}"`)
+	}
+	pusherSend(c, "pusher_internal:subscription_succeeded", d.Channel, data)
+	if isCache(d.Channel) {
+		if cached != nil {
+			c.Send(rally.Text, cached)
+		} else {
+			pusherSend(c, "pusher:cache_miss", d.Channel, nil)
+			a.hook(hookEvent{Name: "cache_miss", Channel: d.Channel})
+		}
+	}
+}
+
+func orNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// presenceData is the data of a presence channel's subscription_succeeded.
+func presenceData(ms map[string]*pusherMember) []byte {
+	ids := make([]string, 0, len(ms))
+	hash := make(map[string]json.RawMessage, len(ms))
+	for id, m := range ms {
+		ids = append(ids, id)
+		hash[id] = orNull(m.info)
+	}
+	b, _ := json.Marshal(map[string]any{"presence": map[string]any{"ids": ids, "hash": hash, "count": len(ids)}})
+	return b
+}
+
+// pusherLeave ends c's subscription to channel.
+func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
+	a := pc.app
+	user := pc.subs[channel]
+	delete(pc.subs, channel)
+	topic := a.topic(channel)
+	s.hub.Unsubscribe(c, topic)
+	s.subs.Add(-1)
+	s.m.subscriptions.Dec()
+	a.mu.Lock()
+	a.channels[channel]--
+	vacated := a.channels[channel] <= 0
+	if vacated {
+		delete(a.channels, channel)
+	}
+	removed := false
+	if isPresence(channel) {
+		if m := a.members[channel][user]; m != nil {
+			m.conns--
+			if m.conns == 0 {
+				delete(a.members[channel], user)
+				removed = true
+			}
+		}
+		if len(a.members[channel]) == 0 {
+			delete(a.members, channel)
+		}
+	}
+	a.mu.Unlock()
+	if removed {
+		md, _ := json.Marshal(map[string]string{"user_id": user})
+		s.hub.Publish(topic, rally.Text, pusherFrame("pusher_internal:member_removed", channel, md, ""))
+		a.hook(hookEvent{Name: "member_removed", Channel: channel, UserID: user})
+	}
+	if vacated {
+		a.hook(hookEvent{Name: "channel_vacated", Channel: channel})
+	}
+}
+
+func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) {
+	a := pc.app
+	if !isPrivate(m.Channel) {
+		pusherError(c, pusherGeneric, "client events are for private and presence channels only")
+		return
+	}
+	user, ok := pc.subs[m.Channel]
+	if !ok {
+		pusherError(c, pusherGeneric, "client event on "+m.Channel+", a channel this connection is not subscribed to")
+		return
+	}
+	now := time.Now()
+	pc.tokens = min(a.ClientEventRate, pc.tokens+now.Sub(pc.last).Seconds()*a.ClientEventRate)
+	pc.last = now
+	if pc.tokens < 1 {
+		s.m.refusals.WithLabelValues("pusher_client_event_rate").Inc()
+		pusherError(c, pusherClientEventRate, "Client event rejected due to rate limit")
+		return
+	}
+	pc.tokens--
+	// Relayed as it came: the data is the client's.
+	b, _ := json.Marshal(pusherMsg{Event: m.Event, Channel: m.Channel, Data: m.Data, UserID: user})
+	res, err := s.hub.PublishFrom(c, a.topic(m.Channel), rally.Text, b)
+	s.published("pusher", res, len(b))
+	if err != nil {
+		s.log.Warn("pusher client event: other nodes not reached", "err", err)
+	}
+	if isCache(m.Channel) {
+		a.mu.Lock()
+		a.cache[m.Channel] = b
+		a.mu.Unlock()
+	}
+	a.hook(hookEvent{Name: "client_event", Channel: m.Channel, Event: m.Event, Data: string(m.Data), SocketID: pc.socketID, UserID: user})
+}
+
+func (s *Server) pusherSignin(c *rally.Conn, pc *pusherConn, raw json.RawMessage) {
+	var d struct {
+		Auth     string `json:"auth"`
+		UserData string `json:"user_data"`
+	}
+	a := pc.app
+	if err := dataObject(raw, &d); err != nil || !a.checkAuth(d.Auth, pc.socketID+"::user::"+d.UserData) {
+		pusherError(c, pusherUnauthorized, "Invalid signature: sign-in refused")
+		return
+	}
+	var u struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal([]byte(d.UserData), &u) != nil || len(u.ID) == 0 {
+		pusherError(c, pusherUnauthorized, "user_data needs an id")
+		return
+	}
+	id := string(u.ID)
+	if u.ID[0] == '"' {
+		json.Unmarshal(u.ID, &id)
+	}
+	a.mu.Lock()
+	if pc.user != "" {
+		delete(a.users[pc.user], c)
+	}
+	pc.user = id
+	if a.users[id] == nil {
+		a.users[id] = map[*rally.Conn]bool{}
+	}
+	a.users[id][c] = true
+	a.mu.Unlock()
+	data, _ := json.Marshal(map[string]string{"user_data": d.UserData})
+	pusherSend(c, "pusher:signin_success", "", data)
+}
+
+// terminate closes the connections of a signed-in user on this node.
+func (a *pusherApp) terminate(user string) {
+	a.mu.Lock()
+	conns := make([]*rally.Conn, 0, len(a.users[user]))
+	for c := range a.users[user] {
+		conns = append(conns, c)
+	}
+	a.mu.Unlock()
+	for _, c := range conns {
+		pusherError(c, pusherUnauthorized, "connections of the user terminated")
+		go c.Close(pusherUnauthorized, "terminated")
+	}
+}
+
+// startPusher makes the apps' state and the /app/{key} server.
+func (s *Server) startPusher(conn rally.ConnOptions, compression *rally.CompressionOptions) error {
+	if len(s.cfg.PusherApps) == 0 {
+		return nil
+	}
+	s.pusherKeys, s.pusherIDs = map[string]*pusherApp{}, map[string]*pusherApp{}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.closers = append(s.closers, cancel)
+	for _, app := range s.cfg.PusherApps {
+		if app.ID == "" || app.Key == "" || app.Secret == "" {
+			return configErrorf("--pusher-app needs an id, a key and a secret")
+		}
+		if s.pusherKeys[app.Key] != nil || s.pusherIDs[app.ID] != nil {
+			return configErrorf("--pusher-app %s: two apps share an id or a key", app.ID)
+		}
+		a := newPusherApp(app)
+		if len(a.Webhooks) > 0 {
+			a.hooks = newWebhooks(ctx, &a.PusherApp, s.log)
+		}
+		s.pusherKeys[a.Key], s.pusherIDs[a.ID] = a, a
+	}
+	opts := &rally.AcceptOptions{
+		ConnOptions: conn,
+		// Pages of any origin may connect, as to Pusher: what a client may
+		// read of private channels its app's signature decides.
+		InsecureSkipOriginCheck: true,
+		Compression:             compression,
+		Authorize:               s.pusherAuthorize,
+		OnHandshakeError:        s.handshakeError,
+	}
+	s.pusherWS = &rally.Server{Options: opts, Open: s.pusherOpen, Message: s.pusherMessage, Close: s.pusherClose}
+	s.useEngine(s.pusherWS)
+	return nil
+}
+
+func (s *Server) pusherRoutes() {
+	if s.pusherWS == nil {
+		return
+	}
+	s.mux.Handle("GET /app/{key}", s.limit(s.pusherWS))
+	s.mux.HandleFunc("POST /apps/{app_id}/events", s.pusherAPI(s.pusherEvents))
+	s.mux.HandleFunc("POST /apps/{app_id}/batch_events", s.pusherAPI(s.pusherBatch))
+	s.mux.HandleFunc("GET /apps/{app_id}/channels", s.pusherAPI(s.pusherChannels))
+	s.mux.HandleFunc("GET /apps/{app_id}/channels/{channel}", s.pusherAPI(s.pusherChannel))
+	s.mux.HandleFunc("GET /apps/{app_id}/channels/{channel}/users", s.pusherAPI(s.pusherUsers))
+	s.mux.HandleFunc("POST /apps/{app_id}/users/{user_id}/terminate_connections", s.pusherAPI(s.pusherTerminate))
+}

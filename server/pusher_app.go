@@ -1,0 +1,142 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rallyws/rally"
+)
+
+// PusherApp is one application served over the Pusher Channels protocol
+// (/app/{key} and /apps/{id}/...): its credentials and its limits.
+type PusherApp struct {
+	ID, Key, Secret string
+	// MaxConnections bounds the app's open connections on this node
+	// (past it: pusher:error 4004). 0 means no limit of its own.
+	MaxConnections int
+	// ClientEventRate is how many client events per second one
+	// connection may send (with a burst of as many). Default 10.
+	ClientEventRate float64
+	// MaxMessageBytes bounds a client message and the data of an event
+	// triggered over the HTTP API. Default 10 KiB.
+	MaxMessageBytes int
+	// MaxPresenceMembers bounds the members of one presence channel.
+	// Default 100.
+	MaxPresenceMembers int
+	// Webhooks are the URLs told of the app's channel events.
+	Webhooks []string
+}
+
+// ParsePusherApp parses ID:KEY:SECRET, optionally followed by limits,
+// each ":LIMIT=VALUE", of max-connections, client-event-rate,
+// max-message-bytes and max-presence-members.
+func ParsePusherApp(s string) (PusherApp, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return PusherApp{}, configErrorf("--pusher-app %q is not ID:KEY:SECRET", redactPusherApp(s))
+	}
+	app := PusherApp{ID: parts[0], Key: parts[1], Secret: parts[2]}
+	for _, kv := range parts[3:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return PusherApp{}, configErrorf("--pusher-app %s: %q is not LIMIT=VALUE", app.ID, kv)
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return PusherApp{}, configErrorf("--pusher-app %s: %s=%q is not a positive number", app.ID, k, v)
+		}
+		switch k {
+		case "max-connections":
+			app.MaxConnections = int(f)
+		case "client-event-rate":
+			app.ClientEventRate = f
+		case "max-message-bytes":
+			app.MaxMessageBytes = int(f)
+		case "max-presence-members":
+			app.MaxPresenceMembers = int(f)
+		default:
+			return PusherApp{}, configErrorf("--pusher-app %s: unknown limit %q (max-connections, client-event-rate, max-message-bytes, max-presence-members)", app.ID, k)
+		}
+	}
+	return app, nil
+}
+
+// redactPusherApp hides the secret of an ID:KEY:SECRET that is being
+// reported as wrong.
+func redactPusherApp(s string) string {
+	parts := strings.Split(s, ":")
+	if len(parts) >= 3 {
+		parts[2] = "…"
+	}
+	return strings.Join(parts, ":")
+}
+
+func (a *PusherApp) fill() {
+	if a.ClientEventRate == 0 {
+		a.ClientEventRate = 10
+	}
+	if a.MaxMessageBytes == 0 {
+		a.MaxMessageBytes = 10 << 10
+	}
+	if a.MaxPresenceMembers == 0 {
+		a.MaxPresenceMembers = 100
+	}
+}
+
+// sign returns hex(HMAC-SHA256(secret, msg)), Pusher's signature.
+func (a *PusherApp) sign(msg string) string {
+	m := hmac.New(sha256.New, []byte(a.Secret))
+	m.Write([]byte(msg))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkAuth reports whether auth is "KEY:" followed by the signature of
+// msg, compared in constant time.
+func (a *PusherApp) checkAuth(auth, msg string) bool {
+	key, sig, ok := strings.Cut(auth, ":")
+	if !ok || key != a.Key {
+		return false
+	}
+	return hmac.Equal([]byte(sig), []byte(a.sign(msg)))
+}
+
+// pusherApp is an app's state on this node.
+type pusherApp struct {
+	PusherApp
+	mu       sync.Mutex
+	conns    int
+	sockets  map[string]*rally.Conn              // socket_id: connection
+	channels map[string]int                      // channel: local subscriptions
+	members  map[string]map[string]*pusherMember // presence channel: user_id: member
+	cache    map[string][]byte                   // cache channel: its last event
+	users    map[string]map[*rally.Conn]bool
+	hooks    *webhooks
+}
+
+// pusherMember is one user of a presence channel: what it said of itself and
+// how many of its connections are subscribed.
+type pusherMember struct {
+	info  []byte // JSON, or nil
+	conns int
+}
+
+func newPusherApp(a PusherApp) *pusherApp {
+	a.fill()
+	return &pusherApp{
+		PusherApp: a,
+		sockets:   map[string]*rally.Conn{},
+		channels:  map[string]int{},
+		members:   map[string]map[string]*pusherMember{},
+		cache:     map[string][]byte{},
+		users:     map[string]map[*rally.Conn]bool{},
+	}
+}
+
+// topic is the hub topic of one of the app's channels.
+func (a *pusherApp) topic(channel string) string {
+	return "pusher/" + a.ID + "/" + channel
+}
