@@ -1,0 +1,375 @@
+package server
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testApp = PusherApp{ID: "3", Key: "278d425bdf160c739803", Secret: "7ad3773142a6692b25b8"}
+
+func pusherServe(t *testing.T, apps ...PusherApp) *testServer {
+	t.Helper()
+	if len(apps) == 0 {
+		apps = []PusherApp{testApp}
+	}
+	return serve(t, Config{PusherApps: apps})
+}
+
+// pusherClient is a client of /app/{key}, connected, with its socket_id.
+type pusherClient struct {
+	*client
+	socketID string
+}
+
+func pusherDial(t *testing.T, ts *testServer, key string) *pusherClient {
+	t.Helper()
+	c := dial(t, ts.ws+"/app/"+key+"?protocol=7&client=js&version=8.4.0", nil)
+	ev, _, data := pusherRead(t, c)
+	if ev != "pusher:connection_established" {
+		t.Fatalf("first event %q, want pusher:connection_established", ev)
+	}
+	var d struct {
+		SocketID        string `json:"socket_id"`
+		ActivityTimeout int    `json:"activity_timeout"`
+	}
+	if err := json.Unmarshal([]byte(data), &d); err != nil || d.SocketID == "" || d.ActivityTimeout <= 0 {
+		t.Fatalf("connection_established data %s", data)
+	}
+	return &pusherClient{c, d.SocketID}
+}
+
+// pusherRead reads one event: its name, channel and data (the JSON
+// string's text when data is a string).
+func pusherRead(t *testing.T, c *client) (event, channel, data string) {
+	t.Helper()
+	var m pusherMsg
+	raw := c.next()
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatalf("not an event: %s", raw)
+	}
+	data = string(m.Data)
+	if len(m.Data) > 0 && m.Data[0] == '"' {
+		json.Unmarshal(m.Data, &data)
+	}
+	return m.Event, m.Channel, data
+}
+
+func (c *pusherClient) expectEvent(event, channel string) string {
+	c.t.Helper()
+	ev, ch, data := pusherRead(c.t.(*testing.T), c.client)
+	if ev != event || ch != channel {
+		c.t.Fatalf("got %s on %q (%s), want %s on %q", ev, ch, data, event, channel)
+	}
+	return data
+}
+
+func (c *pusherClient) subscribe(app PusherApp, channel, channelData string) {
+	c.t.Helper()
+	d := map[string]string{"channel": channel}
+	if isPrivate(channel) {
+		msg := c.socketID + ":" + channel
+		if isPresence(channel) {
+			msg += ":" + channelData
+			d["channel_data"] = channelData
+		}
+		d["auth"] = app.Key + ":" + app.sign(msg)
+	}
+	c.send(map[string]any{"event": "pusher:subscribe", "data": d})
+}
+
+// apiRequest makes a signed HTTP API request as the server SDKs do.
+func apiRequest(t *testing.T, ts *testServer, app PusherApp, method, path string, query url.Values, body string) (int, string) {
+	t.Helper()
+	if query == nil {
+		query = url.Values{}
+	}
+	query.Set("auth_key", app.Key)
+	query.Set("auth_timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+	query.Set("auth_version", "1.0")
+	if body != "" {
+		sum := md5.Sum([]byte(body))
+		query.Set("body_md5", hex.EncodeToString(sum[:]))
+	}
+	query.Set("auth_signature", app.sign(stringToSign(method, path, query)))
+	req, _ := http.NewRequest(method, ts.http+path+"?"+query.Encode(), strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The signatures of the protocol, against values computed from Pusher's
+// documented algorithm (HMAC-SHA256, hex) outside this code.
+func TestPusherSignatureVectors(t *testing.T) {
+	a := newPusherApp(testApp)
+	for _, c := range []struct{ msg, sig string }{
+		{"1234.1234:private-foobar", "58df8b0c36d6982b82c3ecf6b4662e34fe8c25bba48f5369f135bf843651c3a4"},
+		{`1234.1234:presence-foobar:{"user_id":10,"user_info":{"name":"Mr. Channels"}}`, "31935e7d86dba64c2a90aed31fdc61869f9b22ba9d8863bba239c03ca481bc80"},
+		{`1234.1234::user::{"id":"12345"}`, "4708d583dada6a56435fb8bc611c77c359a31eebde13337c16ab43aa6de336ba"},
+	} {
+		if !a.checkAuth(testApp.Key+":"+c.sig, c.msg) {
+			t.Errorf("signature of %q refused", c.msg)
+		}
+		if a.checkAuth(testApp.Key+":"+"0"+c.sig[1:], c.msg) || a.checkAuth("otherkey:"+c.sig, c.msg) {
+			t.Errorf("a wrong signature of %q accepted", c.msg)
+		}
+	}
+	// The HTTP API's: POST /apps/3/events with this body at this time.
+	body := `{"name":"foo","channels":["project-3"],"data":"{\"some\":\"data\"}"}`
+	q := url.Values{"auth_key": {testApp.Key}, "auth_timestamp": {"1353088179"}, "auth_version": {"1.0"},
+		"body_md5": {"ec365a775a4cd0599faeb73354201b6f"},
+		"auth_signature": {"da454824c97ba181a32ccc17a72625ba02771f50b50e1e7430e47a1f3f457e6c"}}
+	r := httptest.NewRequest("POST", "/apps/3/events?"+q.Encode(), nil)
+	if msg := a.checkRequest(r, []byte(body), time.Unix(1353088179+30, 0)); msg != "" {
+		t.Errorf("documented request refused: %s", msg)
+	}
+	if msg := a.checkRequest(r, []byte(body), time.Unix(1353088179+601, 0)); !strings.Contains(msg, "Timestamp") {
+		t.Errorf("request 601 s old: %q, want refused for its timestamp", msg)
+	}
+	if msg := a.checkRequest(r, []byte(body+" "), time.Unix(1353088179, 0)); !strings.Contains(msg, "body_md5") {
+		t.Errorf("changed body: %q, want refused for body_md5", msg)
+	}
+}
+
+func TestPusherConnect(t *testing.T) {
+	ts := pusherServe(t)
+	c := pusherDial(t, ts, testApp.Key)
+	c.send(`{"event":"pusher:ping","data":{}}`)
+	c.expectEvent("pusher:pong", "")
+
+	// An unknown key: pusher:error 4001, then closed with 4001.
+	u := dial(t, ts.ws+"/app/nokey?protocol=7", nil)
+	ev, _, data := pusherRead(t, u)
+	if ev != "pusher:error" || !strings.Contains(data, "4001") {
+		t.Fatalf("unknown app: %s %s", ev, data)
+	}
+	if code := u.closed(); code != 4001 {
+		t.Fatalf("unknown app closed with %d, want 4001", code)
+	}
+	// No protocol version.
+	p := dial(t, ts.ws+"/app/"+testApp.Key, nil)
+	if ev, _, data := pusherRead(t, p); ev != "pusher:error" || !strings.Contains(data, "4007") {
+		t.Fatalf("no protocol: %s %s", ev, data)
+	}
+}
+
+func TestPusherOverQuota(t *testing.T) {
+	app := testApp
+	app.MaxConnections = 1
+	ts := pusherServe(t, app)
+	pusherDial(t, ts, app.Key)
+	c := dial(t, ts.ws+"/app/"+app.Key+"?protocol=7", nil)
+	if ev, _, data := pusherRead(t, c); ev != "pusher:error" || !strings.Contains(data, "4004") {
+		t.Fatalf("second connection: %s %s, want pusher:error 4004", ev, data)
+	}
+	if code := c.closed(); code != 4004 {
+		t.Fatalf("closed with %d, want 4004", code)
+	}
+}
+
+func TestPusherPublicAndPrivateChannels(t *testing.T) {
+	ts := pusherServe(t)
+	a := pusherDial(t, ts, testApp.Key)
+	a.subscribe(testApp, "news", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "news")
+
+	// A private channel with a wrong signature is refused.
+	a.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": "private-x", "auth": testApp.Key + ":00"}})
+	if data := a.expectEvent("pusher:subscription_error", "private-x"); !strings.Contains(data, "401") {
+		t.Fatalf("subscription_error data %s", data)
+	}
+	a.expectEvent("pusher:error", "")
+	a.subscribe(testApp, "private-x", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-x")
+
+	// Events from the HTTP API reach subscribers, but for socket_id.
+	b := pusherDial(t, ts, testApp.Key)
+	b.subscribe(testApp, "news", "")
+	b.expectEvent("pusher_internal:subscription_succeeded", "news")
+	status, body := apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil,
+		`{"name":"e1","channels":["news","private-x"],"data":"{\"n\":1}","socket_id":"`+b.socketID+`","info":"subscription_count"}`)
+	if status != 200 || !sameJSON(body, `{"channels":{"news":{"subscription_count":2},"private-x":{"subscription_count":1}}}`) {
+		t.Fatalf("events: %d %s", status, body)
+	}
+	got := map[string]string{}
+	for range 2 {
+		ev, ch, data := pusherRead(t, a.client)
+		got[ch] = ev + " " + data
+	}
+	if got["news"] != `e1 {"n":1}` || got["private-x"] != `e1 {"n":1}` {
+		t.Fatalf("a got %v", got)
+	}
+	status, _ = apiRequest(t, ts, testApp, "POST", "/apps/3/batch_events", nil,
+		`{"batch":[{"name":"e2","channel":"news","data":"two"}]}`)
+	if status != 200 {
+		t.Fatalf("batch_events: %d", status)
+	}
+	a.expectEvent("e2", "news")
+	b.expectEvent("e2", "news") // b was left out of e1 only
+
+	// Unsigned and badly signed requests are refused.
+	if code, _ := post(t, ts.http+"/apps/3/events", "application/json", "", []byte(`{}`)); code != 401 {
+		t.Fatalf("unsigned request: %d, want 401", code)
+	}
+	wrong := testApp
+	wrong.Secret = "not the secret"
+	if code, _ := apiRequest(t, ts, wrong, "POST", "/apps/3/events", nil, `{"name":"x","channel":"news","data":""}`); code != 401 {
+		t.Fatalf("wrong secret: %d, want 401", code)
+	}
+	if code, _ := apiRequest(t, ts, testApp, "POST", "/apps/9/events", nil, `{}`); code != 404 {
+		t.Fatalf("unknown app: %d, want 404", code)
+	}
+
+	// Channels and their counts.
+	status, body = apiRequest(t, ts, testApp, "GET", "/apps/3/channels", url.Values{"filter_by_prefix": {"private-"}}, "")
+	if status != 200 || !sameJSON(body, `{"channels":{"private-x":{}}}`) {
+		t.Fatalf("channels: %d %s", status, body)
+	}
+	status, body = apiRequest(t, ts, testApp, "GET", "/apps/3/channels/news", url.Values{"info": {"subscription_count"}}, "")
+	if status != 200 || !sameJSON(body, `{"occupied":true,"subscription_count":2}`) {
+		t.Fatalf("channel: %d %s", status, body)
+	}
+}
+
+func TestPusherPresence(t *testing.T) {
+	ts := pusherServe(t)
+	a := pusherDial(t, ts, testApp.Key)
+	a.subscribe(testApp, "presence-room", `{"user_id":"alice","user_info":{"name":"Alice"}}`)
+	data := a.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	if !sameJSON(data, `{"presence":{"ids":["alice"],"hash":{"alice":{"name":"Alice"}},"count":1}}`) {
+		t.Fatalf("presence data %s", data)
+	}
+	b := pusherDial(t, ts, testApp.Key)
+	b.subscribe(testApp, "presence-room", `{"user_id":"bob"}`)
+	var p struct{ Presence struct{ Count int } }
+	json.Unmarshal([]byte(b.expectEvent("pusher_internal:subscription_succeeded", "presence-room")), &p)
+	if p.Presence.Count != 2 {
+		t.Fatalf("bob sees %d members, want 2", p.Presence.Count)
+	}
+	if data := a.expectEvent("pusher_internal:member_added", "presence-room"); !sameJSON(data, `{"user_id":"bob","user_info":null}`) {
+		t.Fatalf("member_added %s", data)
+	}
+	// A second connection of bob's adds no member.
+	b2 := pusherDial(t, ts, testApp.Key)
+	b2.subscribe(testApp, "presence-room", `{"user_id":"bob"}`)
+	b2.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	status, body := apiRequest(t, ts, testApp, "GET", "/apps/3/channels/presence-room/users", nil, "")
+	if status != 200 || !sameJSON(body, `{"users":[{"id":"alice"},{"id":"bob"}]}`) {
+		t.Fatalf("users: %d %s", status, body)
+	}
+	status, body = apiRequest(t, ts, testApp, "GET", "/apps/3/channels", url.Values{"filter_by_prefix": {"presence-"}, "info": {"user_count"}}, "")
+	if status != 200 || !sameJSON(body, `{"channels":{"presence-room":{"user_count":2}}}`) {
+		t.Fatalf("channels: %d %s", status, body)
+	}
+	// Client events: relayed with the sender's user_id, not echoed.
+	b.send(`{"event":"client-typing","channel":"presence-room","data":{"on":true}}`)
+	m := a.next()
+	if !sameJSON(m, `{"event":"client-typing","channel":"presence-room","data":{"on":true},"user_id":"bob"}`) {
+		t.Fatalf("client event %s", m)
+	}
+	b2.expectEvent("client-typing", "presence-room")
+	// bob leaves on one connection: still a member; on both: removed.
+	b2.send(`{"event":"pusher:unsubscribe","data":{"channel":"presence-room"}}`)
+	b.c.CloseNow()
+	if data := a.expectEvent("pusher_internal:member_removed", "presence-room"); !sameJSON(data, `{"user_id":"bob"}`) {
+		t.Fatalf("member_removed %s", data)
+	}
+}
+
+func TestPusherClientEventRules(t *testing.T) {
+	app := testApp
+	app.ClientEventRate = 1
+	ts := pusherServe(t, app)
+	a := pusherDial(t, ts, app.Key)
+	a.subscribe(app, "news", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "news")
+	a.send(`{"event":"client-x","channel":"news","data":{}}`)
+	a.expectEvent("pusher:error", "") // public channel
+	a.send(`{"event":"client-x","channel":"private-y","data":{}}`)
+	a.expectEvent("pusher:error", "") // not subscribed
+	a.subscribe(app, "private-y", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-y")
+	a.send(`{"event":"client-x","channel":"private-y","data":{}}`)
+	a.send(`{"event":"client-x","channel":"private-y","data":{}}`)
+	if data := a.expectEvent("pusher:error", ""); !strings.Contains(data, "4301") {
+		t.Fatalf("over the rate: %s", data)
+	}
+}
+
+func TestPusherCacheChannel(t *testing.T) {
+	ts := pusherServe(t)
+	a := pusherDial(t, ts, testApp.Key)
+	a.subscribe(testApp, "cache-price", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "cache-price")
+	a.expectEvent("pusher:cache_miss", "cache-price")
+	apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil, `{"name":"price","channel":"cache-price","data":"42"}`)
+	a.expectEvent("price", "cache-price")
+	b := pusherDial(t, ts, testApp.Key)
+	b.subscribe(testApp, "cache-price", "")
+	b.expectEvent("pusher_internal:subscription_succeeded", "cache-price")
+	if data := b.expectEvent("price", "cache-price"); data != "42" {
+		t.Fatalf("cached event data %q", data)
+	}
+}
+
+func TestPusherSigninAndTerminate(t *testing.T) {
+	ts := pusherServe(t)
+	a := pusherDial(t, ts, testApp.Key)
+	a.send(map[string]any{"event": "pusher:signin", "data": map[string]string{"user_data": `{"id":"u1"}`, "auth": testApp.Key + ":bad"}})
+	a.expectEvent("pusher:error", "")
+	ud := `{"id":"u1","name":"U"}`
+	a.send(map[string]any{"event": "pusher:signin", "data": map[string]string{"user_data": ud, "auth": testApp.Key + ":" + testApp.sign(a.socketID+"::user::"+ud)}})
+	a.expectEvent("pusher:signin_success", "")
+	if status, _ := apiRequest(t, ts, testApp, "POST", "/apps/3/users/u1/terminate_connections", nil, ""); status != 200 {
+		t.Fatalf("terminate: %d", status)
+	}
+	a.expectEvent("pusher:error", "")
+	if code := a.closed(); code != 4009 {
+		t.Fatalf("terminated connection closed with %d, want 4009", code)
+	}
+}
+
+func TestPusherWebhooks(t *testing.T) {
+	got := make(chan string, 10)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Pusher-Key") != testApp.Key || r.Header.Get("X-Pusher-Signature") != testApp.sign(string(b)) {
+			t.Errorf("webhook not signed: %v", r.Header)
+		}
+		got <- string(b)
+	}))
+	defer hook.Close()
+	app := testApp
+	app.Webhooks = []string{hook.URL}
+	ts := pusherServe(t, app)
+	a := pusherDial(t, ts, app.Key)
+	a.subscribe(app, "news", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "news")
+	a.c.CloseNow()
+	var names []string
+	for len(names) < 2 {
+		var body struct {
+			Events []hookEvent `json:"events"`
+		}
+		json.Unmarshal([]byte(<-got), &body)
+		for _, e := range body.Events {
+			names = append(names, e.Name+" "+e.Channel)
+		}
+	}
+	if names[0] != "channel_occupied news" || names[1] != "channel_vacated news" {
+		t.Fatalf("webhook events %v", names)
+	}
+}
