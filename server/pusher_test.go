@@ -130,7 +130,7 @@ func TestPusherSignatureVectors(t *testing.T) {
 	// The HTTP API's: POST /apps/3/events with this body at this time.
 	body := `{"name":"foo","channels":["project-3"],"data":"{\"some\":\"data\"}"}`
 	q := url.Values{"auth_key": {testApp.Key}, "auth_timestamp": {"1353088179"}, "auth_version": {"1.0"},
-		"body_md5": {"ec365a775a4cd0599faeb73354201b6f"},
+		"body_md5":       {"ec365a775a4cd0599faeb73354201b6f"},
 		"auth_signature": {"da454824c97ba181a32ccc17a72625ba02771f50b50e1e7430e47a1f3f457e6c"}}
 	r := httptest.NewRequest("POST", "/apps/3/events?"+q.Encode(), nil)
 	if msg := a.checkRequest(r, []byte(body), time.Unix(1353088179+30, 0)); msg != "" {
