@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,8 @@ nats-cluster = "127.0.0.1:6222"
 nats-routes = "nats://127.0.0.1:6223,nats://127.0.0.1:6224"
 log-format = "json"
 log-level = "debug"
+pusher-app = ["1:k1:s1", "2:k2:s2:max-connections=5:client-event-rate=2"]
+pusher-webhook = ["2=http://127.0.0.1:1/hook"]
 `+protectConfigFile+historyConfigFile)
 	var out, errOut bytes.Buffer
 	s, status := parseServe([]string{"--config", file}, &out, &errOut)
@@ -133,6 +136,9 @@ log-level = "debug"
 		"nats-routes":         strings.Join(c.NATS.Routes, " ") == "nats://127.0.0.1:6223 nats://127.0.0.1:6224",
 		"log-format":          s.logFormat == "json",
 		"log-level":           s.logLevel == slog.LevelDebug,
+		"pusher-app": len(c.PusherApps) == 2 && c.PusherApps[0].Key == "k1" && c.PusherApps[0].Secret == "s1" &&
+			c.PusherApps[1].MaxConnections == 5 && c.PusherApps[1].ClientEventRate == 2,
+		"pusher-webhook": len(c.PusherApps) == 2 && slices.Equal(c.PusherApps[1].Webhooks, []string{"http://127.0.0.1:1/hook"}),
 	}
 	maps.Copy(checks, protectConfigChecks(s))
 	maps.Copy(checks, historyConfigChecks(s))
@@ -290,6 +296,28 @@ func TestServeHelpAndTheDocsAgreeOnTokensAndTheMemoryLimit(t *testing.T) {
 	} {
 		if !strings.Contains(tc.text, tc.says) {
 			t.Errorf("does not say %q", tc.says)
+		}
+	}
+}
+
+func TestServePusherAppsFromFlagsAndEnvironment(t *testing.T) {
+	var out, errOut bytes.Buffer
+	s, status := parseServe([]string{"--pusher-app", "a:ka:sa", "--pusher-app", "b:kb:sb", "--pusher-webhook", "b=https://example.com/h"}, &out, &errOut)
+	if status >= 0 {
+		t.Fatalf("exit %d: %s", status, errOut.String())
+	}
+	if len(s.cfg.PusherApps) != 2 || s.cfg.PusherApps[1].ID != "b" || len(s.cfg.PusherApps[1].Webhooks) != 1 {
+		t.Fatalf("apps %+v", s.cfg.PusherApps)
+	}
+	t.Setenv("RALLY_PUSHER_APPS", "c:kc:sc,d:kd:sd")
+	s, status = parseServe(nil, &out, &errOut)
+	if status >= 0 || len(s.cfg.PusherApps) != 2 || s.cfg.PusherApps[1].Key != "kd" {
+		t.Fatalf("from the environment: exit %d, %s", status, errOut.String())
+	}
+	for _, bad := range [][]string{{"--pusher-app", "a:ka"}, {"--pusher-app", "a:ka:sa:nolimit=1"}, {"--pusher-webhook", "x=http://h"}} {
+		errOut.Reset()
+		if _, status := parseServe(bad, &out, &errOut); status != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, status)
 		}
 	}
 }
