@@ -378,7 +378,7 @@ type framedReceiver struct {
 }
 
 func (r framedReceiver) Deliver(m pubsub.Message) {
-	if m.Topic != chatTopic && !(m.Type == rally.Text && isMessageFrame(m.Topic, m.Payload)) {
+	if m.Topic != chatTopic && !(m.Type == rally.Text && (isMessageFrame(m.Topic, m.Payload) || isPusherFrame(m.Topic, m.Payload))) {
 		r.dropped.Add(1)
 		r.Error(fmt.Errorf("dropped a delivery from node %q on topic %q: not a message frame of its topic", m.Node, m.Topic))
 		return

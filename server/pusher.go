@@ -507,6 +507,9 @@ func (s *Server) startPusher(conn rally.ConnOptions, compression *rally.Compress
 		if app.ID == "" || app.Key == "" || app.Secret == "" {
 			return configErrorf("--pusher-app needs an id, a key and a secret")
 		}
+		if strings.ContainsAny(app.ID, "/?#") || strings.ContainsAny(app.Key, "/?#") {
+			return configErrorf("--pusher-app %q: an id or key cannot hold / ? or #", app.ID)
+		}
 		if s.pusherKeys[app.Key] != nil || s.pusherIDs[app.ID] != nil {
 			return configErrorf("--pusher-app %s: two apps share an id or a key", app.ID)
 		}
@@ -541,4 +544,21 @@ func (s *Server) pusherRoutes() {
 	s.mux.HandleFunc("GET /apps/{app_id}/channels/{channel}", s.pusherAPI(s.pusherChannel))
 	s.mux.HandleFunc("GET /apps/{app_id}/channels/{channel}/users", s.pusherAPI(s.pusherUsers))
 	s.mux.HandleFunc("POST /apps/{app_id}/users/{user_id}/terminate_connections", s.pusherAPI(s.pusherTerminate))
+}
+
+// isPusherFrame reports whether p, from another node on topic, is an
+// event of the Pusher protocol on topic's channel (pusherFrame, trigger
+// and client events make them): the only deliveries from other nodes
+// that reach Pusher clients.
+func isPusherFrame(topic string, p []byte) bool {
+	rest, ok := strings.CutPrefix(topic, "pusher/")
+	if !ok {
+		return false
+	}
+	_, channel, ok := strings.Cut(rest, "/")
+	if !ok || len(p) == 0 || p[0] != '{' {
+		return false
+	}
+	var m pusherMsg
+	return json.Unmarshal(p, &m) == nil && m.Channel == channel && m.Event != ""
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
@@ -371,5 +372,49 @@ func TestPusherWebhooks(t *testing.T) {
 	}
 	if names[0] != "channel_occupied news" || names[1] != "channel_vacated news" {
 		t.Fatalf("webhook events %v", names)
+	}
+}
+
+// Two nodes joined by NATS: an event triggered over node B's HTTP API
+// reaches a subscriber on node A, and presence events cross too.
+func TestPusherAcrossNodes(t *testing.T) {
+	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}, PusherApps: []PusherApp{testApp}})
+	b := serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS.ClientURL()}, PusherApps: []PusherApp{testApp}})
+	onA := pusherDial(t, a, testApp.Key)
+	onA.subscribe(testApp, "presence-room", `{"user_id":"alice"}`)
+	onA.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	onB := pusherDial(t, b, testApp.Key)
+	// NATS orders a subscription and a publish only on one connection:
+	// trigger on B until A's subscription is known there.
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("no event crossed the nodes in 100 tries")
+		}
+		apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"probe","channel":"presence-room","data":"p"}`)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, p, err := onA.c.Read(ctx)
+		cancel()
+		if err == nil {
+			if !strings.Contains(string(p), `"probe"`) {
+				t.Fatalf("waiting for a probe, got %s", p)
+			}
+			break
+		}
+	}
+	onB.subscribe(testApp, "presence-room", `{"user_id":"bob"}`)
+	onB.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	for {
+		ev, _, data := pusherRead(t, onA.client)
+		if ev == "probe" {
+			continue // a late probe
+		}
+		if ev != "pusher_internal:member_added" || !strings.Contains(data, "bob") {
+			t.Fatalf("on A: %s %s, want bob's member_added", ev, data)
+		}
+		break
+	}
+	onB.send(`{"event":"client-hi","channel":"presence-room","data":{"x":1}}`)
+	if m := onA.next(); !sameJSON(m, `{"event":"client-hi","channel":"presence-room","data":{"x":1},"user_id":"bob"}`) {
+		t.Fatalf("client event on A: %s", m)
 	}
 }
