@@ -309,11 +309,13 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	pc.subs[d.Channel] = user
 	s.subs.Add(1)
 	s.m.subscriptions.Inc()
+	cl := s.pusherCluster
 	a.mu.Lock()
 	a.channels[d.Channel]++
-	occupied := a.channels[d.Channel] == 1
+	subs := a.channels[d.Channel]
+	occupied := subs == 1 && cl.subs(a.ID, d.Channel) == 0
 	var data []byte
-	var added bool
+	var added, fresh bool
 	if isPresence(d.Channel) {
 		ms := a.members[d.Channel]
 		if ms == nil {
@@ -324,13 +326,20 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		if m == nil {
 			m = &pusherMember{info: info}
 			ms[user] = m
-			added = true
+			fresh = true
+			added = !cl.hasMember(a.ID, d.Channel, user)
 		}
 		m.conns++
-		data = presenceData(ms)
 	}
 	cached := a.cache[d.Channel]
 	a.mu.Unlock()
+	if isPresence(d.Channel) {
+		data = presenceData(s.pusherMembers(a, d.Channel))
+	}
+	cl.tell(pusherNote{Ev: "subs", App: a.ID, Channel: d.Channel, Subs: subs})
+	if fresh {
+		cl.tell(pusherNote{Ev: "member", App: a.ID, Channel: d.Channel, User: user, Info: orNull(info), On: true})
+	}
 	if occupied {
 		a.hook(hookEvent{Name: "channel_occupied", Channel: d.Channel})
 	}
@@ -361,15 +370,39 @@ func orNull(b []byte) []byte {
 }
 
 // presenceData is the data of a presence channel's subscription_succeeded.
-func presenceData(ms map[string]*pusherMember) []byte {
+func presenceData(ms map[string]json.RawMessage) []byte {
 	ids := make([]string, 0, len(ms))
-	hash := make(map[string]json.RawMessage, len(ms))
-	for id, m := range ms {
+	for id := range ms {
 		ids = append(ids, id)
-		hash[id] = orNull(m.info)
 	}
-	b, _ := json.Marshal(map[string]any{"presence": map[string]any{"ids": ids, "hash": hash, "count": len(ids)}})
+	b, _ := json.Marshal(map[string]any{"presence": map[string]any{"ids": ids, "hash": ms, "count": len(ids)}})
 	return b
+}
+
+// pusherMembers is the members of an app's presence channel on every
+// node: user_id: user_info.
+func (s *Server) pusherMembers(a *pusherApp, ch string) map[string]json.RawMessage {
+	all := map[string]map[string]json.RawMessage{ch: {}}
+	a.mu.Lock()
+	for u, m := range a.members[ch] {
+		all[ch][u] = orNull(m.info)
+	}
+	a.mu.Unlock()
+	s.pusherCluster.addRemote(a.ID, nil, all)
+	return all[ch]
+}
+
+// pusherChannelCounts is the subscriptions to each of an app's occupied
+// channels, on every node.
+func (s *Server) pusherChannelCounts(a *pusherApp) map[string]int {
+	a.mu.Lock()
+	out := make(map[string]int, len(a.channels))
+	for ch, n := range a.channels {
+		out[ch] = n
+	}
+	a.mu.Unlock()
+	s.pusherCluster.addRemote(a.ID, out, nil)
+	return out
 }
 
 // pusherLeave ends c's subscription to channel.
@@ -381,19 +414,22 @@ func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 	s.hub.Unsubscribe(c, topic)
 	s.subs.Add(-1)
 	s.m.subscriptions.Dec()
+	cl := s.pusherCluster
 	a.mu.Lock()
 	a.channels[channel]--
-	vacated := a.channels[channel] <= 0
-	if vacated {
+	subs := a.channels[channel]
+	if subs <= 0 {
 		delete(a.channels, channel)
 	}
-	removed := false
+	vacated := subs <= 0 && cl.subs(a.ID, channel) == 0
+	gone, removed := false, false
 	if isPresence(channel) {
 		if m := a.members[channel][user]; m != nil {
 			m.conns--
 			if m.conns == 0 {
 				delete(a.members[channel], user)
-				removed = true
+				gone = true
+				removed = !cl.hasMember(a.ID, channel, user)
 			}
 		}
 		if len(a.members[channel]) == 0 {
@@ -401,6 +437,10 @@ func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 		}
 	}
 	a.mu.Unlock()
+	cl.tell(pusherNote{Ev: "subs", App: a.ID, Channel: channel, Subs: max(subs, 0)})
+	if gone {
+		cl.tell(pusherNote{Ev: "member", App: a.ID, Channel: channel, User: user})
+	}
 	if removed {
 		md, _ := json.Marshal(map[string]string{"user_id": user})
 		s.hub.Publish(topic, rally.Text, pusherFrame("pusher_internal:member_removed", channel, md, ""))

@@ -237,16 +237,14 @@ func (s *Server) pusherBatch(w http.ResponseWriter, r *http.Request, a *pusherAp
 // info asks for (user_count on presence channels, subscription_count).
 func (a *pusherApp) channelInfo(s *Server, ch, info string) map[string]any {
 	out := map[string]any{}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, attr := range strings.Split(info, ",") {
 		switch strings.TrimSpace(attr) {
 		case "user_count":
 			if isPresence(ch) {
-				out["user_count"] = len(a.members[ch])
+				out["user_count"] = len(s.pusherMembers(a, ch))
 			}
 		case "subscription_count":
-			out["subscription_count"] = a.channels[ch]
+			out["subscription_count"] = s.pusherChannelCounts(a)[ch]
 		}
 	}
 	return out
@@ -259,17 +257,11 @@ func (s *Server) pusherChannels(w http.ResponseWriter, r *http.Request, a *pushe
 		pusherHTTPError(w, http.StatusBadRequest, "info=user_count needs filter_by_prefix=presence-")
 		return
 	}
-	a.mu.Lock()
-	names := make([]string, 0, len(a.channels))
-	for ch := range a.channels {
-		if strings.HasPrefix(ch, prefix) {
-			names = append(names, ch)
+	out := map[string]any{}
+	for ch, n := range s.pusherChannelCounts(a) {
+		if n > 0 && strings.HasPrefix(ch, prefix) {
+			out[ch] = a.channelInfo(s, ch, info)
 		}
-	}
-	a.mu.Unlock()
-	out := make(map[string]any, len(names))
-	for _, ch := range names {
-		out[ch] = a.channelInfo(s, ch, info)
 	}
 	b, _ := json.Marshal(map[string]any{"channels": out})
 	w.Write(b)
@@ -283,9 +275,7 @@ func (s *Server) pusherChannel(w http.ResponseWriter, r *http.Request, a *pusher
 		return
 	}
 	out := a.channelInfo(s, ch, info)
-	a.mu.Lock()
-	out["occupied"] = a.channels[ch] > 0
-	a.mu.Unlock()
+	out["occupied"] = s.pusherChannelCounts(a)[ch] > 0
 	b, _ := json.Marshal(out)
 	w.Write(b)
 }
@@ -299,12 +289,11 @@ func (s *Server) pusherUsers(w http.ResponseWriter, r *http.Request, a *pusherAp
 	type user struct {
 		ID string `json:"id"`
 	}
-	a.mu.Lock()
-	users := make([]user, 0, len(a.members[ch]))
-	for id := range a.members[ch] {
+	ms := s.pusherMembers(a, ch)
+	users := make([]user, 0, len(ms))
+	for id := range ms {
 		users = append(users, user{id})
 	}
-	a.mu.Unlock()
 	sort.Slice(users, func(i, j int) bool { return users[i].ID < users[j].ID })
 	b, _ := json.Marshal(map[string]any{"users": users})
 	w.Write(b)
@@ -312,5 +301,6 @@ func (s *Server) pusherUsers(w http.ResponseWriter, r *http.Request, a *pusherAp
 
 func (s *Server) pusherTerminate(w http.ResponseWriter, r *http.Request, a *pusherApp, _ []byte) {
 	a.terminate(r.PathValue("user_id"))
+	s.pusherCluster.tell(pusherNote{Ev: "terminate", App: a.ID, User: r.PathValue("user_id")})
 	w.Write([]byte("{}"))
 }

@@ -178,6 +178,9 @@ type Server struct {
 	pusherWS   *rally.Server         // nil without Pusher apps
 	pusherKeys map[string]*pusherApp // by key
 	pusherIDs  map[string]*pusherApp // by app id
+	// pusherCluster shares the apps' channels with other nodes (nil
+	// alone).
+	pusherCluster *pusherCluster
 }
 
 // ConfigError is a setting New refuses before doing anything: a value
@@ -291,7 +294,10 @@ func New(cfg Config) (*Server, error) {
 		},
 		// Messages from other nodes reach this node's subscribers without
 		// passing through a handler here: count them as they are fanned out.
-		OnDeliver: func(m pubsub.Message, res pubsub.Result) { s.delivered(res, len(m.Payload)) },
+		OnDeliver: func(m pubsub.Message, res pubsub.Result) {
+			s.delivered(res, len(m.Payload))
+			s.pusherDelivered(m)
+		},
 	})
 	if err != nil {
 		if cfg.Broker != nil {
@@ -356,6 +362,10 @@ func New(cfg Config) (*Server, error) {
 	s.chat = &rally.Server{Options: &chatOpts, Open: s.chatOpen, Message: s.chatMessage, Close: s.closed("chat")}
 	s.useEngine(s.echo, s.ws, s.chat)
 	if err := s.startPusher(wsConn, compression); err != nil {
+		s.shutdownNodes()
+		return nil, err
+	}
+	if err := s.startPusherCluster(); err != nil {
 		s.shutdownNodes()
 		return nil, err
 	}
