@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 var testApp = PusherApp{ID: "3", Key: "278d425bdf160c739803", Secret: "7ad3773142a6692b25b8"}
@@ -416,5 +418,77 @@ func TestPusherAcrossNodes(t *testing.T) {
 	onB.send(`{"event":"client-hi","channel":"presence-room","data":{"x":1}}`)
 	if m := onA.next(); !sameJSON(m, `{"event":"client-hi","channel":"presence-room","data":{"x":1},"user_id":"bob"}`) {
 		t.Fatalf("client event on A: %s", m)
+	}
+}
+
+// pusherAwait asks node ts's HTTP API for path until its answer holds
+// want (the other nodes' notes take a moment to arrive).
+func pusherAwait(t *testing.T, ts *testServer, path string, query url.Values, want string) {
+	t.Helper()
+	var body string
+	deadline := time.Now().Add(slowness.Scale(5 * time.Second))
+	for time.Now().Before(deadline) {
+		var status int
+		status, body = apiRequest(t, ts, testApp, "GET", path, query, "")
+		if status == 200 && strings.Contains(body, want) {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("GET %s: %s, never with %s", path, body, want)
+}
+
+// Presence, channel counts and webhooks speak for the cluster: a member
+// on node A is listed on node B, a user is announced once, and a channel
+// occupied on both nodes is occupied once.
+func TestPusherClusterState(t *testing.T) {
+	got := make(chan hookEvent, 100)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Events []hookEvent }
+		json.NewDecoder(r.Body).Decode(&body)
+		for _, e := range body.Events {
+			got <- e
+		}
+	}))
+	defer hook.Close()
+	app := testApp
+	app.Webhooks = []string{hook.URL}
+	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}, PusherApps: []PusherApp{app}})
+	b := serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS.ClientURL()}, PusherApps: []PusherApp{app}})
+	onA := pusherDial(t, a, app.Key)
+	onA.subscribe(app, "presence-room", `{"user_id":"alice","user_info":{"n":1}}`)
+	onA.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	pusherAwait(t, b, "/apps/3/channels/presence-room/users", nil, `"alice"`)
+
+	onB := pusherDial(t, b, app.Key)
+	onB.subscribe(app, "presence-room", `{"user_id":"bob"}`)
+	data := onB.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	if !sameJSON(data, `{"presence":{"ids":["alice","bob"],"hash":{"alice":{"n":1},"bob":null},"count":2}}`) &&
+		!sameJSON(data, `{"presence":{"ids":["bob","alice"],"hash":{"alice":{"n":1},"bob":null},"count":2}}`) {
+		t.Fatalf("bob on B sees %s", data)
+	}
+	pusherAwait(t, a, "/apps/3/channels", url.Values{"filter_by_prefix": {"presence-"}, "info": {"user_count,subscription_count"}},
+		`{"channels":{"presence-room":{"subscription_count":2,"user_count":2}}}`)
+	// alice on B too: no second member, no second channel_occupied.
+	alsoB := pusherDial(t, b, app.Key)
+	alsoB.subscribe(app, "presence-room", `{"user_id":"alice","user_info":{"n":1}}`)
+	alsoB.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	pusherAwait(t, a, "/apps/3/channels/presence-room", url.Values{"info": {"user_count,subscription_count"}}, `"subscription_count":3`)
+	// A client event from B: its webhook (client_event) comes after any
+	// webhook B sent before.
+	alsoB.send(`{"event":"client-x","channel":"presence-room","data":{}}`)
+	var names []string
+	for e := range got {
+		names = append(names, e.Name)
+		if e.Name == "client_event" {
+			break
+		}
+	}
+	count := map[string]int{}
+	for _, n := range names {
+		count[n]++
+	}
+	if count["channel_occupied"] != 1 || count["member_added"] != 2 {
+		t.Fatalf("webhooks %v: want channel_occupied once and member_added for alice and bob", names)
 	}
 }
