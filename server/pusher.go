@@ -216,6 +216,7 @@ func (s *Server) pusherMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 // validChannel checks a channel name as Pusher does: 1 to 164 bytes of
 // letters, digits and _-=@,.;
 func validChannel(ch string) bool {
+	ch = strings.TrimPrefix(ch, userChannel)
 	if ch == "" || len(ch) > 164 {
 		return false
 	}
@@ -228,6 +229,10 @@ func validChannel(ch string) bool {
 	}
 	return true
 }
+
+// userChannel starts the channel of a signed-in user's own events (the
+// HTTP API's send to user): only that user's connections subscribe.
+const userChannel = "#server-to-user-"
 
 func isPresence(ch string) bool { return strings.HasPrefix(ch, "presence-") }
 func isPrivate(ch string) bool  { return strings.HasPrefix(ch, "private-") || isPresence(ch) }
@@ -261,6 +266,10 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	}
 	var user string
 	var info []byte
+	if id, ok := strings.CutPrefix(d.Channel, userChannel); ok && id != pc.user {
+		pusherSubscriptionError(c, d.Channel, "AuthError", "only the user "+id+", signed in, may subscribe to "+d.Channel, 401)
+		return
+	}
 	if isPrivate(d.Channel) {
 		msg := pc.socketID + ":" + d.Channel
 		if isPresence(d.Channel) {

@@ -336,6 +336,15 @@ func TestPusherSigninAndTerminate(t *testing.T) {
 	ud := `{"id":"u1","name":"U"}`
 	a.send(map[string]any{"event": "pusher:signin", "data": map[string]string{"user_data": ud, "auth": testApp.Key + ":" + testApp.sign(a.socketID+"::user::"+ud)}})
 	a.expectEvent("pusher:signin_success", "")
+	// The user's own channel: events sent to the user reach it.
+	a.subscribe(testApp, "#server-to-user-u2", "")
+	a.expectEvent("pusher:subscription_error", "#server-to-user-u2")
+	a.subscribe(testApp, "#server-to-user-u1", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "#server-to-user-u1")
+	if status, body := apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil, `{"name":"hi","channels":["#server-to-user-u1"],"data":"x"}`); status != 200 {
+		t.Fatalf("send to user: %d %s", status, body)
+	}
+	a.expectEvent("hi", "#server-to-user-u1")
 	if status, _ := apiRequest(t, ts, testApp, "POST", "/apps/3/users/u1/terminate_connections", nil, ""); status != 200 {
 		t.Fatalf("terminate: %d", status)
 	}
