@@ -487,11 +487,7 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 	if err != nil {
 		s.log.Warn("pusher client event: other nodes not reached", "err", err)
 	}
-	if isCache(m.Channel) {
-		a.mu.Lock()
-		a.cache[m.Channel] = b
-		a.mu.Unlock()
-	}
+	a.keep(m.Channel, b)
 	a.hook(hookEvent{Name: "client_event", Channel: m.Channel, Event: m.Event, Data: string(m.Data), SocketID: pc.socketID, UserID: user})
 }
 

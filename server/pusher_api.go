@@ -176,18 +176,33 @@ func (s *Server) trigger(a *pusherApp, e *pusherEvent) {
 		except = a.sockets[e.SocketID]
 		a.mu.Unlock()
 	}
+	// A socket_id of another node's connection: that node leaves it out
+	// (told through the cluster, not the channel's topic).
+	elsewhere := e.SocketID != "" && except == nil && s.pusherCluster != nil
 	for _, ch := range e.Channels {
 		b, _ := json.Marshal(pusherMsg{Event: e.Name, Channel: ch, Data: data})
+		if elsewhere {
+			res, _ := s.hub.PublishLocal(nil, a.topic(ch), rally.Text, b)
+			s.published("pusher_api", res, len(b))
+			s.pusherCluster.tell(pusherNote{Ev: "event", App: a.ID, Channel: ch, SocketID: e.SocketID, Frame: b})
+			a.keep(ch, b)
+			continue
+		}
 		res, err := s.hub.PublishFrom(except, a.topic(ch), rally.Text, b)
 		s.published("pusher_api", res, len(b))
 		if err != nil {
 			s.log.Warn("pusher event: other nodes not reached", "err", err)
 		}
-		if isCache(ch) {
-			a.mu.Lock()
-			a.cache[ch] = b
-			a.mu.Unlock()
-		}
+		a.keep(ch, b)
+	}
+}
+
+// keep keeps event b as the last of channel ch, if it is a cache channel.
+func (a *pusherApp) keep(ch string, b []byte) {
+	if isCache(ch) {
+		a.mu.Lock()
+		a.cache[ch] = b
+		a.mu.Unlock()
 	}
 }
 

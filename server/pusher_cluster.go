@@ -60,6 +60,10 @@ type pusherNote struct {
 	User    string                     `json:"user,omitempty"`
 	Info    json.RawMessage            `json:"info,omitempty"`
 	On      bool                       `json:"on,omitempty"`
+	// An event of the HTTP API (Frame, on App's Channel) for every
+	// connection but SocketID's.
+	SocketID string          `json:"socket_id,omitempty"`
+	Frame    json.RawMessage `json:"frame,omitempty"`
 }
 
 func (s *Server) startPusherCluster() error {
@@ -204,6 +208,18 @@ func (pc *pusherCluster) receive(msg *nats.Msg) {
 			pc.forget(gone)
 		}
 		return
+	case "event":
+		a := pc.s.pusherIDs[n.App]
+		if a == nil || !validChannel(n.Channel) || !isPusherFrame(a.topic(n.Channel), n.Frame) {
+			return
+		}
+		a.mu.Lock()
+		except := a.sockets[n.SocketID]
+		a.mu.Unlock()
+		res, _ := pc.s.hub.PublishLocal(except, a.topic(n.Channel), rally.Text, n.Frame)
+		pc.s.delivered(res, len(n.Frame))
+		a.keep(n.Channel, bytes.Clone(n.Frame))
+		return
 	case "terminate":
 		if a := pc.s.pusherIDs[n.App]; a != nil {
 			a.terminate(n.User)
@@ -334,10 +350,8 @@ func (s *Server) pusherDelivered(m pubsub.Message) {
 	}
 	id, ch, _ := strings.Cut(rest, "/")
 	a := s.pusherIDs[id]
-	if a == nil || !isCache(ch) || strings.HasPrefix(string(m.Payload), `{"event":"pusher`) {
+	if a == nil || strings.HasPrefix(string(m.Payload), `{"event":"pusher`) {
 		return
 	}
-	a.mu.Lock()
-	a.cache[ch] = bytes.Clone(m.Payload)
-	a.mu.Unlock()
+	a.keep(ch, bytes.Clone(m.Payload))
 }

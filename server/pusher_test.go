@@ -424,6 +424,24 @@ func TestPusherAcrossNodes(t *testing.T) {
 		}
 		break
 	}
+	// socket_id of a connection on A, given to B: left out on A.
+	other := pusherDial(t, a, testApp.Key)
+	other.subscribe(testApp, "presence-room", `{"user_id":"carol"}`)
+	other.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
+	onA.expectEvent("pusher_internal:member_added", "presence-room")
+	onB.expectEvent("pusher_internal:member_added", "presence-room")
+	apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"not-carol","channel":"presence-room","data":"1","socket_id":"`+other.socketID+`"}`)
+	apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"all","channel":"presence-room","data":"2"}`)
+	// (The two travel apart between the nodes: either may come first.)
+	seen := map[string]bool{}
+	for range 2 {
+		ev, _, _ := pusherRead(t, onA.client)
+		seen[ev] = true
+	}
+	if !seen["not-carol"] || !seen["all"] {
+		t.Fatalf("A's other subscriber got %v", seen)
+	}
+	other.expectEvent("all", "presence-room") // not not-carol first
 	onB.send(`{"event":"client-hi","channel":"presence-room","data":{"x":1}}`)
 	if m := onA.next(); !sameJSON(m, `{"event":"client-hi","channel":"presence-room","data":{"x":1},"user_id":"bob"}`) {
 		t.Fatalf("client event on A: %s", m)
