@@ -18,7 +18,16 @@ import (
 // A handshake that passes holds a connection slot, which is given back
 // when it is refused later (authorize, handshakeError) or when the
 // connection ends (closed).
-func (s *Server) limit(next http.Handler) http.Handler {
+func (s *Server) limit(next http.Handler) http.Handler { return s.limitFull(next, false) }
+
+// overCapacity marks the context of a handshake past MaxConnections that
+// is let through to be refused in its protocol (limitFull).
+type overCapacity struct{}
+
+// limitFull is limit; with inBand, a handshake past MaxConnections is
+// let through with overCapacity in its context, for the endpoint to
+// refuse in its own protocol (Pusher's 4100), holding its slot until then.
+func (s *Server) limitFull(next http.Handler, inBand bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			s.m.handshakeFails.WithLabelValues("shutting_down").Inc()
@@ -36,6 +45,11 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			return
 		}
 		if n := s.conns.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+			if inBand {
+				s.m.refused("connections")
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), overCapacity{}, true)))
+				return
+			}
 			s.conns.Add(-1)
 			s.m.refused("connections")
 			s.log.Warn("handshake refused: connection limit reached", "remote", r.RemoteAddr, "limit", s.cfg.MaxConnections)

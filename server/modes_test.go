@@ -60,6 +60,7 @@ var endpointTests = []struct {
 	{"ws/subscription-limit", TestSubscriptionsPerConnectionAreLimited},
 	{"pusher/connect", TestPusherConnect},
 	{"pusher/over-quota", TestPusherOverQuota},
+	{"pusher/over-capacity", TestPusherOverCapacity},
 	{"pusher/channels", TestPusherPublicAndPrivateChannels},
 	{"pusher/presence", TestPusherPresence},
 	{"pusher/client-events", TestPusherClientEventRules},

@@ -73,6 +73,10 @@ func (s *Server) pusherAuthorize(r *http.Request) (any, *rally.Rejection) {
 	}
 	pc.app = app
 	pc.tokens, pc.last = app.ClientEventRate, time.Now()
+	if r.Context().Value(overCapacity{}) != nil {
+		pc.refuse, pc.reason = pusherOverCapacity, "Over capacity: the server is full, retry later"
+		return pc, nil
+	}
 	if p, err := strconv.Atoi(r.URL.Query().Get("protocol")); err != nil || p < 5 || p > 7 {
 		pc.refuse, pc.reason = pusherBadProtocol, "Unsupported protocol version"
 	}
@@ -582,7 +586,7 @@ func (s *Server) pusherRoutes() {
 	if s.pusherWS == nil {
 		return
 	}
-	s.mux.Handle("GET /app/{key}", s.limit(s.pusherWS))
+	s.mux.Handle("GET /app/{key}", s.limitFull(s.pusherWS, true))
 	s.mux.HandleFunc("POST /apps/{app_id}/events", s.pusherAPI(s.pusherEvents))
 	s.mux.HandleFunc("POST /apps/{app_id}/batch_events", s.pusherAPI(s.pusherBatch))
 	s.mux.HandleFunc("GET /apps/{app_id}/channels", s.pusherAPI(s.pusherChannels))

@@ -183,6 +183,18 @@ func TestPusherOverQuota(t *testing.T) {
 	}
 }
 
+func TestPusherOverCapacity(t *testing.T) {
+	ts := serve(t, Config{PusherApps: []PusherApp{testApp}, MaxConnections: 1})
+	pusherDial(t, ts, testApp.Key)
+	c := dial(t, ts.ws+"/app/"+testApp.Key+"?protocol=7", nil)
+	if ev, _, data := pusherRead(t, c); ev != "pusher:error" || !strings.Contains(data, "4100") {
+		t.Fatalf("past --max-connections: %s %s, want pusher:error 4100", ev, data)
+	}
+	if code := c.closed(); code != 4100 {
+		t.Fatalf("closed with %d, want 4100", code)
+	}
+}
+
 func TestPusherPublicAndPrivateChannels(t *testing.T) {
 	ts := pusherServe(t)
 	a := pusherDial(t, ts, testApp.Key)
