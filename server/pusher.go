@@ -466,8 +466,8 @@ func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 
 func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) {
 	a := pc.app
-	if !isPrivate(m.Channel) {
-		pusherError(c, pusherGeneric, "client events are for private and presence channels only")
+	if !isPrivate(m.Channel) || strings.HasPrefix(m.Channel, "private-encrypted-") {
+		pusherError(c, pusherGeneric, "client events are for private and presence channels only (not encrypted ones)")
 		return
 	}
 	user, ok := pc.subs[m.Channel]

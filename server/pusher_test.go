@@ -315,6 +315,10 @@ func TestPusherClientEventRules(t *testing.T) {
 	a.expectEvent("pusher:error", "") // public channel
 	a.send(`{"event":"client-x","channel":"private-y","data":{}}`)
 	a.expectEvent("pusher:error", "") // not subscribed
+	a.subscribe(app, "private-encrypted-z", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-encrypted-z")
+	a.send(`{"event":"client-x","channel":"private-encrypted-z","data":{}}`)
+	a.expectEvent("pusher:error", "") // encrypted
 	a.subscribe(app, "private-y", "")
 	a.expectEvent("pusher_internal:subscription_succeeded", "private-y")
 	a.send(`{"event":"client-x","channel":"private-y","data":{}}`)
