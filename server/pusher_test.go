@@ -90,7 +90,7 @@ func (c *pusherClient) subscribe(app PusherApp, channel, channelData string) {
 }
 
 // apiRequest makes a signed HTTP API request as the server SDKs do.
-func apiRequest(t *testing.T, ts *testServer, app PusherApp, method, path string, query url.Values, body string) (int, string) {
+func apiRequest(t testing.TB, ts *testServer, app PusherApp, method, path string, query url.Values, body string) (int, string) {
 	t.Helper()
 	if query == nil {
 		query = url.Values{}
