@@ -65,7 +65,7 @@ func newSocketID() string {
 // pusherAuthorize accepts every handshake on /app/{key}: an unknown key
 // or protocol is answered in the protocol (pusher:error, then close).
 func (s *Server) pusherAuthorize(r *http.Request) (any, *rally.Rejection) {
-	pc := &pusherConn{socketID: newSocketID(), subs: map[string]string{}}
+	pc := &pusherConn{socketID: newSocketID()}
 	app := s.pusherKeys[r.PathValue("key")]
 	if app == nil {
 		pc.refuse, pc.reason = pusherUnknownApp, "App key "+r.PathValue("key")+" not in this cluster"
@@ -318,6 +318,10 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 			return
 		}
 		s.log.Warn("pusher subscribe: other nodes not told", "channel", d.Channel, "err", err)
+	}
+	if pc.subs == nil {
+		// Made on the first subscribe: an idle connection holds none.
+		pc.subs = map[string]string{}
 	}
 	pc.subs[d.Channel] = user
 	s.subs.Add(1)
