@@ -1,0 +1,232 @@
+// pusher-scenario.mjs drives a Pusher Channels server (rally serve with a
+// Pusher app) with the real clients and SDK: pusher-js 8, Laravel Echo over
+// pusher-js, and the `pusher` server SDK. It prints one line per check
+// passed and exits 0, or prints the failure and exits 1.
+//
+//   node pusher-scenario.mjs '{"hostA":"127.0.0.1:1234","hostB":"...","appId":"..","key":"..","secret":"..","webhookPort":0}'
+//
+// hostB is a second node sharing the cluster (the same as hostA on one node).
+import http from 'node:http';
+import Pusher from 'pusher';
+import PusherJS from 'pusher-js';
+import EchoPkg from 'laravel-echo';
+
+const Echo = EchoPkg.default ?? EchoPkg;
+const cfg = JSON.parse(process.argv[2]);
+const timeout = (cfg.waitMs ?? 20000);
+
+function ok(what) { console.log('ok ' + what); }
+function fail(what) { console.log('FAIL ' + what); process.exit(1); }
+function within(p, what) {
+	let t;
+	return Promise.race([p, new Promise((_, rej) => { t = setTimeout(() => rej(new Error('timed out: ' + what)), timeout); })])
+		.finally(() => clearTimeout(t));
+}
+function hostPort(h) { const [host, port] = h.split(':'); return { host, port: Number(port) }; }
+
+function sdk(hostport, secret = cfg.secret) {
+	const { host, port } = hostPort(hostport);
+	return new Pusher({ appId: cfg.appId, key: cfg.key, secret, host, port: String(port), useTLS: false });
+}
+const apiA = sdk(cfg.hostA);
+const apiB = sdk(cfg.hostB);
+
+// The app's own auth endpoint, signing with the server SDK.
+let nextUser = 0;
+const auth = http.createServer((req, res) => {
+	let body = '';
+	req.on('data', (d) => { body += d; });
+	req.on('end', () => {
+		const q = new URLSearchParams(body);
+		const socketId = q.get('socket_id');
+		let out;
+		if (req.url.startsWith('/user-auth')) {
+			out = apiA.authenticateUser(socketId, { id: 'user-' + socketId, name: 'signed in' });
+		} else {
+			const channel = q.get('channel_name');
+			if (channel.startsWith('private-forbidden')) { res.writeHead(403); res.end('{}'); return; }
+			const user = req.headers['x-user'] ?? ('u' + (++nextUser));
+			out = channel.startsWith('presence-')
+				? apiA.authorizeChannel(socketId, channel, { user_id: user, user_info: { name: user } })
+				: apiA.authorizeChannel(socketId, channel);
+		}
+		res.writeHead(200, { 'content-type': 'application/json' });
+		res.end(JSON.stringify(out));
+	});
+});
+await new Promise((r) => auth.listen(0, '127.0.0.1', r));
+const authBase = 'http://127.0.0.1:' + auth.address().port;
+
+// Webhooks from rally, verified with the SDK.
+const hooks = [];
+const hookWaiters = [];
+let hookServer;
+if (cfg.webhookPort) {
+	hookServer = http.createServer((req, res) => {
+		let body = '';
+		req.on('data', (d) => { body += d; });
+		req.on('end', () => {
+			const wh = apiA.webhook({ headers: req.headers, rawBody: body });
+			if (!wh.isValid()) { console.log('FAIL webhook signature did not verify: ' + body); process.exit(1); }
+			for (const e of wh.getEvents()) hooks.push(e);
+			for (const w of hookWaiters.splice(0)) w();
+			res.writeHead(200); res.end();
+		});
+	});
+	await new Promise((r) => hookServer.listen(cfg.webhookPort, '127.0.0.1', r));
+}
+async function webhook(name, channel) {
+	for (;;) {
+		if (hooks.some((e) => e.name === name && e.channel === channel)) return;
+		await new Promise((r) => hookWaiters.push(r));
+	}
+}
+
+function client(hostport, user, key = cfg.key) {
+	const { host, port } = hostPort(hostport);
+	return new PusherJS(key, {
+		cluster: 'mt1', wsHost: host, wsPort: port, forceTLS: false, enabledTransports: ['ws'], disableStats: true,
+		channelAuthorization: { endpoint: authBase + '/auth', transport: 'ajax', headers: user ? { 'x-user': user } : {} },
+		userAuthentication: { endpoint: authBase + '/user-auth', transport: 'ajax' },
+	});
+}
+function connected(p) {
+	return within(new Promise((res) => {
+		if (p.connection.state === 'connected') res();
+		p.connection.bind('connected', res);
+	}), 'connected');
+}
+function subscribed(ch) {
+	return within(new Promise((res, rej) => {
+		ch.bind('pusher:subscription_succeeded', res);
+		ch.bind('pusher:subscription_error', (e) => rej(new Error('subscription_error ' + JSON.stringify(e))));
+	}), 'subscribed ' + ch.name);
+}
+function next(ch, event) { return within(new Promise((res) => ch.bind(event, res)), event + ' on ' + ch.name); }
+
+try {
+	const a = client(cfg.hostA, 'alice');
+	const b = client(cfg.hostB, 'bob');
+	await connected(a); await connected(b);
+	ok('pusher-js connected to both nodes');
+
+	// Public channel: events triggered with the SDK on the other node.
+	const pubA = a.subscribe('news');
+	await subscribed(pubA);
+	if (cfg.webhookPort) { await within(webhook('channel_occupied', 'news'), 'channel_occupied webhook'); ok('webhook channel_occupied verified by the SDK'); }
+	let got = next(pubA, 'headline');
+	await apiB.trigger('news', 'headline', { title: 'hello' });
+	if ((await got).title !== 'hello') fail('public event data');
+	ok('public channel: trigger on node B reaches pusher-js on node A');
+
+	got = next(pubA, 'multi');
+	await apiA.trigger(['news', 'other'], 'multi', { n: 2 });
+	if ((await got).n !== 2) fail('multi-channel trigger');
+	got = next(pubA, 'batched');
+	await apiA.triggerBatch([{ channel: 'news', name: 'batched', data: { n: 3 } }, { channel: 'other', name: 'batched', data: {} }]);
+	if ((await got).n !== 3) fail('triggerBatch');
+	ok('trigger to several channels and triggerBatch');
+
+	// Private channel and client events: relayed, not echoed.
+	const privA = a.subscribe('private-room');
+	const privB = b.subscribe('private-room');
+	await subscribed(privA); await subscribed(privB);
+	let echoed = false;
+	privA.bind('client-typing', () => { echoed = true; });
+	got = next(privB, 'client-typing');
+	privA.trigger('client-typing', { who: 'alice' });
+	if ((await got).who !== 'alice') fail('client event data');
+	got = next(privA, 'from-api');
+	await apiA.trigger('private-room', 'from-api', { x: 1 });
+	await got;
+	if (echoed) fail('client event echoed to its sender');
+	ok('private channel: authorizeChannel signature accepted, client event relayed and not echoed');
+
+	const forbidden = a.subscribe('private-forbidden');
+	await within(new Promise((res) => forbidden.bind('pusher:subscription_error', res)), 'refused auth');
+	ok('private channel refused when the auth endpoint refuses');
+
+	// Presence: members across nodes, member_added/removed, users API.
+	const presA = a.subscribe('presence-lobby');
+	await subscribed(presA);
+	const added = next(presA, 'pusher:member_added');
+	const presB = b.subscribe('presence-lobby');
+	await subscribed(presB);
+	const m = await added;
+	if (m.id !== 'bob') fail('member_added id ' + m.id);
+	if (presB.members.count !== 2 || !presB.members.get('alice')) fail('presence members seen by B: ' + presB.members.count);
+	ok('presence: member list and member_added across nodes');
+	got = next(presB, 'client-wave');
+	presA.trigger('client-wave', { hi: 1 });
+	const [wave] = await Promise.all([within(new Promise((res) => presB.bind('client-wave', (d, meta) => res(meta))), 'client-wave meta'), got]);
+	if (wave?.user_id !== 'alice') fail('client event on presence carries user_id: ' + JSON.stringify(wave));
+	ok('presence client event carries the sender user_id');
+
+	const info = await (await apiA.get({ path: '/channels/presence-lobby', params: { info: 'user_count,subscription_count' } })).json();
+	if (!info.occupied || info.user_count !== 2) fail('channel info ' + JSON.stringify(info));
+	const users = await (await apiB.get({ path: '/channels/presence-lobby/users' })).json();
+	if (users.users.map((u) => u.id).sort().join() !== 'alice,bob') fail('users ' + JSON.stringify(users));
+	const list = await (await apiA.get({ path: '/channels', params: { filter_by_prefix: 'presence-', info: 'user_count' } })).json();
+	if (list.channels['presence-lobby']?.user_count !== 2) fail('channels ' + JSON.stringify(list));
+	ok('HTTP API: channel info, users and channel list answer for the cluster');
+
+	const removed = next(presA, 'pusher:member_removed');
+	b.unsubscribe('presence-lobby');
+	if ((await removed).id !== 'bob') fail('member_removed');
+	ok('presence member_removed');
+
+	// Encrypted channels are relayed as they are; cache channels replay.
+	await apiA.trigger('cache-price', 'tick', { p: 42 });
+	const cache = a.subscribe('cache-price');
+	const cached = next(cache, 'tick');
+	await subscribed(cache);
+	if ((await cached).p !== 42) fail('cache replay');
+	const miss = b.subscribe('cache-empty');
+	await within(new Promise((res) => miss.bind('pusher:cache_miss', res)), 'cache_miss');
+	ok('cache channel: last event replayed, cache_miss when empty');
+
+	// User authentication.
+	a.signin();
+	await within(new Promise((res) => { const t = setInterval(() => { if (a.user.signinDonePromise) { clearInterval(t); res(a.user.signinDonePromise); } }, 20); }), 'signin');
+	if (!a.user.user_data || !String(a.user.user_data.id ?? '').startsWith('user-')) fail('signin user_data ' + JSON.stringify(a.user.user_data));
+	ok('pusher:signin with the SDK authenticateUser');
+
+	// Laravel Echo over pusher-js.
+	const echo = new Echo({ broadcaster: 'pusher', client: client(cfg.hostA, 'carol') });
+	await connected(echo.connector.pusher);
+	const shipped = new Promise((res) => echo.channel('orders').listen('.OrderShipped', res));
+	const privEcho = new Promise((res) => echo.private('orders.1').listen('.Updated', res));
+	const joined = within(new Promise((res) => echo.join('chat').here(res)), 'Echo join');
+	const here = await joined;
+	if (!here.some((u) => u.name === 'carol')) fail('Echo here ' + JSON.stringify(here));
+	await within(new Promise((res) => {
+		const t = setInterval(() => {
+			const p = echo.connector.pusher;
+			if (p.channel('private-orders.1')?.subscribed && p.channel('orders')?.subscribed) { clearInterval(t); res(); }
+		}, 20);
+	}), 'Echo subscriptions');
+	await apiB.trigger('orders', 'OrderShipped', { id: 7 });
+	await apiB.trigger('private-orders.1', 'Updated', { id: 8 });
+	if ((await within(shipped, 'Echo public')).id !== 7 || (await within(privEcho, 'Echo private')).id !== 8) fail('Echo events');
+	ok('Laravel Echo: channel, private and join (here) over pusher-js');
+	echo.disconnect();
+
+	// Errors: a bad signature is refused, an unknown key gets 4001.
+	let refused = false;
+	try { await sdk(cfg.hostA, 'wrong-secret').trigger('news', 'x', {}); } catch (e) { refused = e.status === 401; }
+	if (!refused) fail('bad signature accepted');
+	ok('HTTP API refuses a bad signature (401)');
+	const stranger = client(cfg.hostA, '', 'no-such-key');
+	const code = await within(new Promise((res) => stranger.connection.bind('error', (e) => res(e?.error?.data?.code ?? e?.data?.code ?? e?.error?.code))), 'unknown app error');
+	if (code !== 4001) fail('unknown app code ' + code);
+	stranger.disconnect();
+	ok('unknown app key: pusher:error 4001');
+
+	a.disconnect(); b.disconnect();
+	if (cfg.webhookPort) { await within(webhook('channel_vacated', 'news'), 'channel_vacated webhook'); ok('webhook channel_vacated verified by the SDK'); }
+	auth.close(); hookServer?.close();
+	console.log('done');
+	process.exit(0);
+} catch (e) {
+	fail(e.stack ?? String(e));
+}

@@ -1,0 +1,108 @@
+package interop_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rallyws/rally/server"
+)
+
+// pusherApp is the Pusher app the real clients and SDK are pointed at.
+var pusherApp = server.PusherApp{ID: "interop-app", Key: "interop-key", Secret: "interop-secret"}
+
+// startPusherServer runs rally's server with the Pusher app on a port of its
+// own and returns its host:port.
+func startPusherServer(t *testing.T, cfg server.Config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = ln.Addr().String()
+	cfg.ShutdownTimeout = 2 * time.Second
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	srv, err := server.New(cfg)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// runPusherScenario runs pusher-scenario.mjs (pusher-js 8, Laravel Echo and
+// the pusher server SDK) against hostA and hostB and fails t with its output
+// when a check fails.
+func runPusherScenario(t *testing.T, hostA, hostB string, webhookPort int) {
+	t.Helper()
+	arg, _ := json.Marshal(map[string]any{
+		"hostA": hostA, "hostB": hostB, "appId": pusherApp.ID, "key": pusherApp.Key, "secret": pusherApp.Secret,
+		"webhookPort": webhookPort, "waitMs": waitFor.Milliseconds(),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitFor)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodePath(t), "pusher-scenario.mjs", string(arg))
+	cmd.Dir = nodeDir(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "\ndone") {
+		t.Fatalf("pusher scenario: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// pusher-js 8, Laravel Echo and the pusher server SDK against one node, on
+// both engines: every channel type, client events, signin, the HTTP API,
+// webhooks verified by the SDK, and the errors a user meets.
+func TestPusherJSOneNode(t *testing.T) {
+	for _, eventLoop := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutines", true: "event-loop"}[eventLoop], func(t *testing.T) {
+			port := freePort(t)
+			app := pusherApp
+			app.Webhooks = []string{"http://127.0.0.1:" + strconv.Itoa(port) + "/hook"}
+			host := startPusherServer(t, server.Config{EventLoop: eventLoop, PusherApps: []server.PusherApp{app}})
+			runPusherScenario(t, host, host, port)
+		})
+	}
+}
+
+// The same scenario with the clients split over two nodes joined by NATS:
+// events, presence and the HTTP API answer for the cluster.
+func TestPusherJSTwoNodes(t *testing.T) {
+	for _, eventLoop := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutines", true: "event-loop"}[eventLoop], func(t *testing.T) {
+			natsPort := freePort(t)
+			secret := "interop-cluster-secret-0123456789abcdef"
+			a := startPusherServer(t, server.Config{Node: "a", EventLoop: eventLoop, PusherApps: []server.PusherApp{pusherApp},
+				NATS: server.NATSConfig{Embedded: "127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
+			b := startPusherServer(t, server.Config{Node: "b", EventLoop: eventLoop, PusherApps: []server.PusherApp{pusherApp},
+				NATS: server.NATSConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
+			runPusherScenario(t, a, b, 0)
+		})
+	}
+}
