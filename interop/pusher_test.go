@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,15 @@ var pusherApp = server.PusherApp{ID: "interop-app", Key: "interop-key", Secret: 
 // own and returns its host:port.
 func startPusherServer(t *testing.T, cfg server.Config) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	host, _ := startPusherServerAt(t, "127.0.0.1:0", cfg)
+	return host
+}
+
+// startPusherServerAt runs rally's server on addr and returns its host:port
+// and a func that stops it (also called when t ends).
+func startPusherServerAt(t *testing.T, addr string, cfg server.Config) (string, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,13 +45,17 @@ func startPusherServer(t *testing.T, cfg server.Config) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
 }
 
 // freePort returns a loopback port nothing listens on now.
