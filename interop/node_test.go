@@ -58,7 +58,7 @@ func nodeDir(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pkg := range []string{"ws", "undici"} {
+	for _, pkg := range []string{"ws", "undici", "pusher-js", "laravel-echo", "pusher"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 			t.Fatalf("npm package %s is not installed in interop/node: run `bash interop/setup.sh` (npm ci there)", pkg)
 		}
