@@ -101,9 +101,50 @@ type subscribers struct {
 
 // member is what the hub knows of one connection: the topics it
 // subscribes to. It lives from the connection's first Subscribe until the
-// connection ends.
+// connection ends. Most connections subscribe to one topic: that one is
+// kept inline (a map of one entry is a few hundred bytes), the others in a
+// map made by the second.
 type member struct {
-	topics map[string]*subscribers
+	one  *subscribers            // a topic (one.name), or nil
+	more map[string]*subscribers // the other topics, by name
+}
+
+// get returns the member's subscription to topic, or nil.
+func (m *member) get(topic string) *subscribers {
+	if m.one != nil && m.one.name == topic {
+		return m.one
+	}
+	return m.more[topic]
+}
+
+// put adds a subscription (to a topic the member does not have).
+func (m *member) put(t *subscribers) {
+	if m.one == nil {
+		m.one = t
+		return
+	}
+	if m.more == nil {
+		m.more = map[string]*subscribers{}
+	}
+	m.more[t.name] = t
+}
+
+// del removes the member's subscription to topic.
+func (m *member) del(topic string) {
+	if m.one != nil && m.one.name == topic {
+		m.one = nil
+		return
+	}
+	delete(m.more, topic)
+}
+
+// count is the number of topics subscribed to.
+func (m *member) count() int {
+	n := len(m.more)
+	if m.one != nil {
+		n++
+	}
+	return n
 }
 
 // NewHub returns a hub with opts, attached to opts.Broker if one is set.
@@ -155,17 +196,12 @@ func (h *Hub) Close() error {
 // interest in topic (the local subscription stands; messages from other
 // hubs may not arrive).
 func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
-	select {
-	case <-c.Done():
-		return rally.ErrClosed
-	default:
-	}
 	h.imu.Lock()
 	h.mu.Lock()
 	m := h.members[c]
 	hook := m == nil
 	if !hook {
-		if _, ok := m.topics[topic]; ok {
+		if m.get(topic) != nil {
 			h.mu.Unlock()
 			h.imu.Unlock()
 			return nil
@@ -189,7 +225,7 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		if h.members == nil {
 			h.members = map[*rally.Conn]*member{}
 		}
-		m = &member{topics: map[string]*subscribers{}}
+		m = &member{}
 		h.members[c] = m
 	}
 	if first {
@@ -200,7 +236,7 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		h.topics[topic] = t
 	}
 	t.add(c)
-	m.topics[topic] = t
+	m.put(t)
 	h.mu.Unlock()
 	var err error
 	if first {
@@ -208,8 +244,16 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 	}
 	h.imu.Unlock()
 	if hook {
-		// Runs at once if c ended meanwhile.
+		// Runs at once if c has ended (before this Subscribe, or
+		// meanwhile): then the subscription is gone already. (Asking
+		// c.Done first would make a channel for every connection.)
 		c.OnClose(func(*rally.CloseError) { h.forget(c, m) })
+		h.mu.RLock()
+		gone := h.members[c] != m
+		h.mu.RUnlock()
+		if gone {
+			return rally.ErrClosed
+		}
 	}
 	return err
 }
@@ -224,13 +268,13 @@ func (h *Hub) Unsubscribe(c *rally.Conn, topic string) bool {
 	m := h.members[c]
 	var t *subscribers
 	if m != nil {
-		t = m.topics[topic]
+		t = m.get(topic)
 	}
 	if t == nil {
 		h.mu.Unlock()
 		return false
 	}
-	delete(m.topics, topic)
+	m.del(topic)
 	last := h.removeLocked(t, c)
 	h.mu.Unlock()
 	h.budget.Release(rally.MemorySubscriptions, subscriptionCost)
@@ -250,14 +294,22 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 		return
 	}
 	delete(h.members, c)
+	if len(h.members) == 0 {
+		// A Go map never shrinks: give back the room of a crowd that
+		// has left.
+		h.members = nil
+	}
 	var emptied []string
-	held := int64(memberCost + subscriptionCost*len(m.topics))
-	for name, t := range m.topics {
+	held := int64(memberCost + subscriptionCost*m.count())
+	if m.one != nil && h.removeLocked(m.one, c) {
+		emptied = append(emptied, m.one.name)
+	}
+	for name, t := range m.more {
 		if h.removeLocked(t, c) {
 			emptied = append(emptied, name)
 		}
 	}
-	m.topics = nil
+	m.one, m.more = nil, nil
 	h.mu.Unlock()
 	h.budget.Release(rally.MemorySubscriptions, held)
 	for _, name := range emptied {
@@ -315,8 +367,7 @@ func (h *Hub) IsSubscribed(c *rally.Conn, topic string) bool {
 	if m == nil {
 		return false
 	}
-	_, ok := m.topics[topic]
-	return ok
+	return m.get(topic) != nil
 }
 
 // SubscriberCount returns the number of this hub's subscribers of topic
