@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +38,12 @@ type HistoryConfig struct {
 	StoreDir string
 	// Stream names the JetStream stream of the history. Default "RALLY_HISTORY".
 	Stream string
+	// Replays is how many recoveries are read and sent at once; the
+	// others wait their turn (their acks come when they start), so that
+	// a reconnect storm of clients that each missed many messages does
+	// not take the CPU from clients that are already connected. Default
+	// 4 per CPU.
+	Replays int
 }
 
 func (h *HistoryConfig) fill() error {
@@ -46,6 +54,8 @@ func (h *HistoryConfig) fill() error {
 		return configErrorf("--history-age must be positive")
 	case h.RecoveryLimit < 0:
 		return configErrorf("--recovery-limit must be positive")
+	case h.Replays < 0:
+		return configErrorf("history replays must be positive")
 	}
 	for _, p := range h.Topics {
 		if err := validPattern(p); err != nil {
@@ -63,6 +73,9 @@ func (h *HistoryConfig) fill() error {
 	}
 	if h.Stream == "" {
 		h.Stream = "RALLY_HISTORY"
+	}
+	if h.Replays == 0 {
+		h.Replays = 4 * runtime.GOMAXPROCS(0)
 	}
 	return nil
 }
@@ -311,6 +324,12 @@ func (s *Server) historyOf(topic string) bool {
 func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *position, client string) {
 	sub := s.histHub.add(c, topic)
 	go func() {
+		if from != nil {
+			if !s.replays.enter(c.Done()) {
+				return // gone while waiting its turn
+			}
+			defer s.replays.leave()
+		}
 		var r recovery
 		var err error
 		if from != nil {
@@ -359,6 +378,35 @@ func orOK(reason string) string {
 		return "recovered"
 	}
 	return reason
+}
+
+// admission lets at most n goroutines at once through enter and records the most it ever let through at once.
+type admission struct {
+	slots        chan struct{}
+	active, peak atomic.Int64
+}
+
+func newAdmission(n int) *admission {
+	return &admission{slots: make(chan struct{}, n)}
+}
+
+// enter waits for a slot and reports true, or reports false if gone is
+// closed first.
+func (a *admission) enter(gone <-chan struct{}) bool {
+	select {
+	case a.slots <- struct{}{}:
+	case <-gone:
+		return false
+	}
+	n := a.active.Add(1)
+	for p := a.peak.Load(); n > p && !a.peak.CompareAndSwap(p, n); p = a.peak.Load() {
+	}
+	return true
+}
+
+func (a *admission) leave() {
+	a.active.Add(-1)
+	<-a.slots
 }
 
 // replayTimeout bounds how long a replay may wait for its client.
@@ -454,6 +502,7 @@ func (s *Server) historyError(id []byte, err error) []byte {
 // memory alone, in JetStream with NATS.
 func (s *Server) startHistory() error {
 	s.histHub = newHistHub(s.cfg.History.RecoveryLimit + 1024)
+	s.replays = newAdmission(s.cfg.History.Replays)
 	s.histHub.onDeliver = func(n, dropped, size int) {
 		s.delivered(pubsub.Result{Sent: n, Dropped: dropped}, size)
 	}

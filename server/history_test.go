@@ -435,3 +435,50 @@ func TestManyOutagesUnderPublishesFromBothNodesLoseAndRepeatNothing(t *testing.T
 	}
 	wg.Wait()
 }
+
+func TestAReconnectStormReplaysAFewAtOnceAndEveryClientRecoversExactly(t *testing.T) {
+	const clients, missed, replays = 24, 300, 2
+	cfg := historyConfig()
+	cfg.History.Replays = replays
+	s := serve(t, cfg)
+	const topic = "h.storm"
+	// Every client subscribes, learns where the topic stands and goes away.
+	first := dial(t, s.ws+"/ws", nil)
+	ack := first.subscribeAt(topic, nil)
+	if ack.Offset == nil || ack.Epoch == "" {
+		t.Fatalf("subscribe ack without a position: %+v", ack)
+	}
+	from := position{*ack.Offset, ack.Epoch}
+	first.c.CloseNow()
+	pub := dial(t, s.ws+"/ws", nil)
+	publishN(pub, topic, 1, missed-1)
+	pub.send(fmt.Sprintf(`{"type":"publish","topic":%q,"data":%d,"id":"w"}`, topic, missed))
+	if f := pub.frame(); f.Type != "ack" {
+		t.Fatalf("publish: %+v", f)
+	}
+	// They all come back at once, each asking for what it missed.
+	back := make([]*client, clients)
+	for i := range back {
+		back[i] = dial(t, s.ws+"/ws", nil)
+	}
+	for _, c := range back {
+		c.send(fmt.Sprintf(`{"type":"subscribe","topic":%q,"id":"s","offset":%d,"epoch":%q}`, topic, from.offset, from.epoch))
+	}
+	for i, c := range back {
+		f := c.frame()
+		if f.Type != "ack" || f.Recovered == nil || !*f.Recovered || f.Replayed != missed {
+			t.Fatalf("client %d: %+v, want recovered with %d replayed", i, f, missed)
+		}
+		for want := 1; want <= missed; want++ {
+			if _, n := c.message(topic); n != want {
+				t.Fatalf("client %d: got message %d, want %d", i, n, want)
+			}
+		}
+	}
+	if peak := s.replays.peak.Load(); peak > replays || peak < 1 {
+		t.Fatalf("%d replays ran at once, want at most %d", peak, replays)
+	}
+	if n := s.replays.active.Load(); n != 0 {
+		t.Fatalf("%d replays still counted after every client recovered", n)
+	}
+}

@@ -172,6 +172,7 @@ type Server struct {
 
 	history    historyStore // nil without history topics
 	histHub    *histHub
+	replays    *admission // recoveries under way, at most cfg.History.Replays
 	recoveries *prometheus.CounterVec
 	presence   *presence // nil without presence topics
 
