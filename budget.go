@@ -37,16 +37,22 @@ const (
 	// HTTP/2 server's state), a fixed cost per stream.
 	MemoryStreams
 	// MemorySubscriptions is subscriptions and the topic names they keep,
-	// charged by whoever keeps them (a pubsub hub, a server's presence).
+	// charged by whoever keeps them (a pubsub hub, a server's presence
+	// entries and history subscriptions).
 	MemorySubscriptions
+	// MemoryRecovery is messages held for a subscriber that recovers
+	// what it missed: those read from a history to be replayed to it,
+	// and those that arrive meanwhile and wait until its replay is
+	// written.
+	MemoryRecovery
 
 	numMemoryCategories
 )
 
-var memoryCategoryNames = [numMemoryCategories]string{"handshakes", "assembly", "inflate", "send_queues", "h2_streams", "subscriptions"}
+var memoryCategoryNames = [numMemoryCategories]string{"handshakes", "assembly", "inflate", "send_queues", "h2_streams", "subscriptions", "recovery"}
 
 // String returns the category's name as metrics label it: handshakes,
-// assembly, inflate, send_queues, h2_streams or subscriptions.
+// assembly, inflate, send_queues, h2_streams, subscriptions or recovery.
 func (c MemoryCategory) String() string {
 	if c < 0 || c >= numMemoryCategories {
 		return fmt.Sprintf("MemoryCategory(%d)", int(c))
@@ -56,7 +62,7 @@ func (c MemoryCategory) String() string {
 
 // MemoryCategories lists every category, in the order of their values.
 func MemoryCategories() []MemoryCategory {
-	return []MemoryCategory{MemoryHandshakes, MemoryAssembly, MemoryInflate, MemorySendQueues, MemoryStreams, MemorySubscriptions}
+	return []MemoryCategory{MemoryHandshakes, MemoryAssembly, MemoryInflate, MemorySendQueues, MemoryStreams, MemorySubscriptions, MemoryRecovery}
 }
 
 // Pressure is how close a MemoryBudget is to its limit.

@@ -363,7 +363,7 @@ func TestMemoryCategoryNames(t *testing.T) {
 	for _, c := range MemoryCategories() {
 		got = append(got, c.String())
 	}
-	if want := "handshakes assembly inflate send_queues h2_streams subscriptions"; strings.Join(got, " ") != want {
+	if want := "handshakes assembly inflate send_queues h2_streams subscriptions recovery"; strings.Join(got, " ") != want {
 		t.Errorf("names %q, want %q", strings.Join(got, " "), want)
 	}
 }

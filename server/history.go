@@ -127,7 +127,9 @@ type histHub struct {
 	topics map[string]*histTopic
 	// bufferLimit bounds the messages a buffering subscriber holds.
 	bufferLimit int
-	onDeliver   func(n, dropped, size int)
+	// budget is charged for the subscribers and their buffers.
+	budget    *rally.MemoryBudget
+	onDeliver func(n, dropped, size int)
 }
 
 type histTopic struct {
@@ -138,6 +140,7 @@ type histTopic struct {
 type histSub struct {
 	buffering bool
 	buf       []histMsg
+	charged   int64 // to the budget's recovery category, for buf
 	overflow  bool
 	// sent is the offset of the last message sent to the subscriber:
 	// a later delivery at or before it is a duplicate (with NATS, the
@@ -154,7 +157,18 @@ func newHistHub(bufferLimit int) *histHub {
 	return &histHub{topics: map[string]*histTopic{}, bufferLimit: bufferLimit}
 }
 
-// add makes c a buffering subscriber of topic.
+// histSubCost estimates what a subscriber of a history topic costs in
+// the hub's maps, on a 64-bit machine; its topic's name is added
+// (histSubCharge). histMsgCost is a message's entry in a buffer.
+const (
+	histSubCost = 256
+	histMsgCost = 48
+)
+
+func histSubCharge(topic string) int64 { return histSubCost + int64(len(topic)) }
+
+// add makes c a buffering subscriber of topic. Its cost
+// (histSubCharge) was charged to the hub's budget; remove gives it back.
 func (h *histHub) add(c *rally.Conn, topic string) *histSub {
 	h.mu.Lock()
 	t := h.topics[topic]
@@ -179,12 +193,23 @@ func (h *histHub) remove(c *rally.Conn, topic string) {
 		return
 	}
 	t.mu.Lock()
-	delete(t.subs, c)
+	s, ok := t.subs[c]
+	if ok {
+		delete(t.subs, c)
+		h.drop(s)
+		h.budget.Release(rally.MemorySubscriptions, histSubCharge(topic))
+	}
 	empty := len(t.subs) == 0
 	t.mu.Unlock()
 	if empty {
 		delete(h.topics, topic)
 	}
+}
+
+// drop empties s's buffer and gives back its charge.
+func (h *histHub) drop(s *histSub) {
+	h.budget.Release(rally.MemoryRecovery, s.charged)
+	s.buf, s.charged = nil, 0
 }
 
 func (h *histHub) count(topic string) int {
@@ -223,10 +248,15 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 		if s.buffering {
 			switch {
 			case len(s.buf) > 0 && offset <= s.buf[len(s.buf)-1].offset:
-			case len(s.buf) >= h.bufferLimit:
+			case len(s.buf) >= h.bufferLimit || s.overflow:
 				s.overflow = true
+			case !h.budget.Reserve(rally.MemoryRecovery, histMsgCost+int64(len(env))):
+				// No room: the subscriber will recover it (4010).
+				s.overflow = true
+				h.drop(s)
 			default:
 				s.buf = append(s.buf, histMsg{offset, prev, env})
+				s.charged += histMsgCost + int64(len(env))
 			}
 			continue
 		}
@@ -289,6 +319,7 @@ func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64
 	if s != sub {
 		return false
 	}
+	defer h.drop(s)
 	if s.overflow {
 		c.Close(closeInsufficientState, "insufficient state")
 		return false
@@ -308,7 +339,7 @@ func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64
 		}
 		after = m.offset
 	}
-	s.buf, s.buffering, s.sent = nil, false, after
+	s.buffering, s.sent = false, after
 	return true
 }
 
@@ -348,6 +379,19 @@ func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *
 				return
 			}
 		}
+		// The messages read to be replayed are held until they are
+		// written: charged, or not replayed (the client learns it
+		// was not recovered, and goes on from the top).
+		held := int64(0)
+		for _, env := range r.envs {
+			held += histMsgCost + int64(len(env))
+		}
+		if !s.budget.Reserve(rally.MemoryRecovery, held) {
+			s.m.refusals.WithLabelValues("recovery_memory").Inc()
+			r = recovery{top: r.top, reason: reasonUnavailable}
+			held = 0
+		}
+		defer s.budget.Release(rally.MemoryRecovery, held)
 		recovered := from != nil && r.reason == ""
 		var flag *bool
 		if from != nil {

@@ -355,13 +355,40 @@ func removeMember(ms map[string]map[string]member, topic, client string) {
 	}
 }
 
+// memberCost estimates what a member of this node costs in the maps
+// that keep it, on a 64-bit machine; its topic, client id and user are
+// added (memberCharge).
+const memberCost = 256
+
+func memberCharge(topic, client, user string) int64 {
+	return memberCost + int64(len(topic)+len(client)+len(user))
+}
+
+// reserve charges the memory budget for client, of user, joining topic,
+// before join keeps it, and reports whether the budget had room.
+func (p *presence) reserve(topic, client, user string) bool {
+	return p.s.budget.Reserve(rally.MemorySubscriptions, memberCharge(topic, client, user))
+}
+
+// unreserve gives back what reserve charged, for a join that did not
+// happen.
+func (p *presence) unreserve(topic, client, user string) {
+	p.s.budget.Release(rally.MemorySubscriptions, memberCharge(topic, client, user))
+}
+
 // join makes c, as client id of user, a member of topic here and tells
-// everyone.
+// everyone. What the member costs was reserved (reserve); leave gives it
+// back.
 func (p *presence) join(c *rally.Conn, topic, client, user string) {
 	m := member{client, user}
 	p.sendMu.Lock()
 	p.mu.Lock()
-	addMember(p.local, topic, m)
+	if !addMember(p.local, topic, m) {
+		p.mu.Unlock()
+		p.sendMu.Unlock()
+		p.unreserve(topic, client, user)
+		return
+	}
 	p.mu.Unlock()
 	p.announce(announcement{Event: "join", Topic: topic, member: m})
 	p.sendMu.Unlock()
@@ -376,6 +403,9 @@ func (p *presence) leave(topic, client string) {
 		removeMember(p.local, topic, client)
 	}
 	p.mu.Unlock()
+	if ok {
+		p.unreserve(topic, m.Client, m.User)
+	}
 	if ok {
 		p.announce(announcement{Event: "leave", Topic: topic, member: m})
 	}

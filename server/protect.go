@@ -108,6 +108,9 @@ func (s *Server) protect() error {
 	if s.budget == nil {
 		s.budget = rally.NewMemoryBudget(max(p.MemoryLimit, 0))
 	}
+	if s.histHub != nil {
+		s.histHub.budget = s.budget
+	}
 	s.echo.Options.ReadLimit = int64(p.EchoMaxMessageBytes)
 	s.echo.Options.ReadLimitReason = tooBigReason("/echo", p.EchoMaxMessageBytes, "echo-max-message-bytes")
 	// Every connection charges what its peer makes it hold (messages being
@@ -298,7 +301,7 @@ func (e *everyLog) warn(msg string, args ...any) {
 type budgetCollector struct{ s *Server }
 
 var (
-	budgetUsed     = prometheus.NewDesc("rally_memory_budget_used_bytes", "Bytes clients make the server hold, by category (handshakes, assembly, inflate, send_queues, h2_streams, subscriptions), as charged to the memory budget.", []string{"category"}, nil)
+	budgetUsed     = prometheus.NewDesc("rally_memory_budget_used_bytes", "Bytes clients make the server hold, by category (handshakes, assembly, inflate, send_queues, h2_streams, subscriptions, recovery), as charged to the memory budget.", []string{"category"}, nil)
 	budgetPeak     = prometheus.NewDesc("rally_memory_budget_peak_bytes", "The most bytes charged at once, by category.", []string{"category"}, nil)
 	budgetRefused  = prometheus.NewDesc("rally_memory_budget_refusals_total", "Charges the memory budget refused, by category.", []string{"category"}, nil)
 	budgetLimit    = prometheus.NewDesc("rally_memory_limit_bytes", "The memory budget's limit (--memory-limit; 0: none).", nil, nil)

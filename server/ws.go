@@ -153,14 +153,36 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if req.Offset != nil && req.Epoch != "" {
 		from = &position{*req.Offset, req.Epoch}
 	}
+	// What the subscription makes the server keep is charged before it
+	// is kept: its presence entry, its entry among history subscribers
+	// (the hub charges a plain subscription itself).
+	presence := s.presenceOf(req.Topic)
+	if presence {
+		if ss.client == "" {
+			ss.client = newEpoch() + newEpoch()[:4]
+		}
+		if !s.presence.reserve(req.Topic, ss.client, ss.grant.subject) {
+			return s.noRoomToSubscribe(req.ID)
+		}
+	}
+	unreserve := func() {
+		if presence {
+			s.presence.unreserve(req.Topic, ss.client, ss.grant.subject)
+		}
+	}
+	if s.historyOf(req.Topic) && !s.budget.Reserve(rally.MemorySubscriptions, histSubCharge(req.Topic)) {
+		unreserve()
+		return s.noRoomToSubscribe(req.ID)
+	}
 	if !s.historyOf(req.Topic) {
 		if err := s.hub.Subscribe(c, req.Topic); err != nil {
 			switch {
 			case errors.Is(err, rally.ErrClosed):
+				unreserve()
 				return nil
 			case errors.Is(err, pubsub.ErrNoMemory):
-				s.m.refusals.WithLabelValues("subscriptions_memory").Inc()
-				return errorFrame(req.ID, codeLimit, "not subscribed: the server's memory budget has no room for another subscription; retry later")
+				unreserve()
+				return s.noRoomToSubscribe(req.ID)
 			}
 			// The local subscription stands; messages from other nodes
 			// may not arrive until the broker is back.
@@ -195,14 +217,18 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	return ack(req.ID)
 }
 
-// joinPresence makes c a member of topic if it has presence, and returns
-// c's client id then ("" otherwise).
+// noRoomToSubscribe counts and answers a subscribe refused because the
+// memory budget has no room for what it would keep.
+func (s *Server) noRoomToSubscribe(id []byte) []byte {
+	s.m.refusals.WithLabelValues("subscriptions_memory").Inc()
+	return errorFrame(id, codeLimit, "not subscribed: the server's memory budget has no room for another subscription; retry later")
+}
+
+// joinPresence makes c a member of topic if it has presence (what it
+// costs was reserved), and returns c's client id then ("" otherwise).
 func (s *Server) joinPresence(c *rally.Conn, ss *wsSession, topic string) string {
 	if !s.presenceOf(topic) {
 		return ""
-	}
-	if ss.client == "" {
-		ss.client = newEpoch() + newEpoch()[:4]
 	}
 	if ss.pres == nil {
 		ss.pres = map[string]bool{}
