@@ -6,7 +6,9 @@ package websocket_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha1"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -14,6 +16,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -351,9 +354,72 @@ func TestCompressionOnlyWhenBothEnableIt(t *testing.T) {
 func TestDialThroughAnHTTPProxy(t *testing.T) {
 	url := server(t, echoWith(&websocket.Upgrader{}, nil, nil))
 	var tunnels atomic.Int32
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	proxy := httptest.NewServer(connectProxy(t, "", &tunnels))
+	defer proxy.Close()
+	pu, _ := url2(proxy.URL)
+	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
+	c, _, err := d.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sendRecv(t, c)
+	if tunnels.Load() != 1 {
+		t.Fatalf("%d tunnels, want 1", tunnels.Load())
+	}
+}
+
+// As gorilla's TestProxyAuthorizationDial: the proxy URL's user and
+// password go to the proxy as Basic Proxy-Authorization on the CONNECT.
+func TestDialThroughAnHTTPProxySendsItsCredentials(t *testing.T) {
+	target := server(t, echoWith(&websocket.Upgrader{}, nil, nil))
+	var tunnels atomic.Int32
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("username:password"))
+	proxy := httptest.NewServer(connectProxy(t, want, &tunnels))
+	defer proxy.Close()
+	pu, _ := url2(proxy.URL)
+	pu.User = url.UserPassword("username", "password")
+	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
+	c, _, err := d.Dial(target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sendRecv(t, c)
+	if tunnels.Load() != 1 {
+		t.Fatalf("%d tunnels, want 1", tunnels.Load())
+	}
+}
+
+// As gorilla's TestProxyFnErrorIsPropagated and TestProxyFnNilMeansNoProxy:
+// the Proxy function's error is Dial's, and a nil URL dials directly.
+func TestProxyFunctionsErrorIsDialsAndNilDialsDirectly(t *testing.T) {
+	target := server(t, echoWith(&websocket.Upgrader{}, nil, nil))
+	boom := errors.New("no proxy for you")
+	d := websocket.Dialer{Proxy: func(*http.Request) (*url.URL, error) { return nil, boom }, HandshakeTimeout: wait}
+	if _, _, err := d.Dial(target, nil); !errors.Is(err, boom) {
+		t.Fatalf("Dial with a failing Proxy: %v, want %v", err, boom)
+	}
+	d.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	c, _, err := d.Dial(target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sendRecv(t, c)
+}
+
+// connectProxy is an HTTP proxy that tunnels CONNECT requests, counting
+// them; with auth set, a CONNECT without that Proxy-Authorization gets 407.
+func connectProxy(t *testing.T, auth string, tunnels *atomic.Int32) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodConnect {
 			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		if auth != "" && r.Header.Get("Proxy-Authorization") != auth {
+			w.Header().Set("Proxy-Authenticate", `Basic realm="test"`)
+			http.Error(w, "credentials needed", http.StatusProxyAuthRequired)
 			return
 		}
 		up, err := net.Dial("tcp", r.Host)
@@ -371,18 +437,6 @@ func TestDialThroughAnHTTPProxy(t *testing.T) {
 		go func() { io.Copy(up, brw); up.Close() }()
 		io.Copy(down, up)
 		down.Close()
-	}))
-	defer proxy.Close()
-	pu, _ := url2(proxy.URL)
-	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
-	c, _, err := d.Dial(url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sendRecv(t, c)
-	if tunnels.Load() != 1 {
-		t.Fatalf("%d tunnels, want 1", tunnels.Load())
 	}
 }
 
@@ -533,5 +587,112 @@ func TestUpgradeRefusesAnInvalidKey(t *testing.T) {
 		if _, err := (&websocket.Upgrader{}).Upgrade(rec, req, nil); err == nil || rec.Code != http.StatusBadRequest {
 			t.Errorf("key %q: %v, status %d", key, err, rec.Code)
 		}
+	}
+}
+
+// As gorilla's TestTLSValidationErrors: a server whose certificate the
+// client does not trust is refused, with the certificate's error, and a
+// ServerName that does not match is refused too.
+func TestDialRefusesAnUntrustedOrMismatchedCertificate(t *testing.T) {
+	s := httptest.NewTLSServer(echoWith(&websocket.Upgrader{}, nil, nil))
+	defer s.Close()
+	wss := "wss" + strings.TrimPrefix(s.URL, "https")
+	d := websocket.Dialer{HandshakeTimeout: wait}
+	if c, _, err := d.Dial(wss, nil); err == nil {
+		c.Close()
+		t.Fatal("Dial trusted a certificate no root signs")
+	}
+	d.TLSClientConfig = &tls.Config{RootCAs: certPool(s), ServerName: "other.example"}
+	if c, _, err := d.Dial(wss, nil); err == nil {
+		c.Close()
+		t.Fatal("Dial accepted a certificate for another name")
+	}
+}
+
+// As gorilla's TestDialExtraTokensInRespHeaders: a 101 whose Upgrade and
+// Connection headers list more tokens than websocket and upgrade is
+// accepted.
+func TestDialAcceptsExtraTokensInTheResponse(t *testing.T) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sum := sha1.Sum([]byte(r.Header.Get("Sec-Websocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		w.Header().Set("Upgrade", "foo, websocket")
+		w.Header().Set("Connection", "upgrade, keep-alive")
+		w.Header().Set("Sec-Websocket-Accept", base64.StdEncoding.EncodeToString(sum[:]))
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	}))
+	defer s.Close()
+	d := websocket.Dialer{HandshakeTimeout: wait}
+	c, _, err := d.Dial("ws"+strings.TrimPrefix(s.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
+// As gorilla's TestSocksProxyDial: a socks5:// proxy URL dials through a
+// SOCKS5 proxy (no authentication), which the test plays.
+func TestDialThroughASOCKS5Proxy(t *testing.T) {
+	target := server(t, echoWith(&websocket.Upgrader{}, nil, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	proxied := make(chan string, 1)
+	go func() {
+		down, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer down.Close()
+		buf := make([]byte, 262)
+		// Greeting: version 5, its methods; choose "no authentication".
+		if _, err := io.ReadFull(down, buf[:2]); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(down, buf[:buf[1]]); err != nil {
+			return
+		}
+		down.Write([]byte{5, 0})
+		// Request: 5, CONNECT, 0, address type, address, port.
+		if _, err := io.ReadFull(down, buf[:4]); err != nil {
+			return
+		}
+		var host string
+		switch buf[3] {
+		case 1:
+			io.ReadFull(down, buf[:4])
+			host = net.IP(buf[:4]).String()
+		case 3:
+			io.ReadFull(down, buf[:1])
+			n := int(buf[0])
+			io.ReadFull(down, buf[:n])
+			host = string(buf[:n])
+		default:
+			return
+		}
+		io.ReadFull(down, buf[:2])
+		target := net.JoinHostPort(host, strconv.Itoa(int(buf[0])<<8|int(buf[1])))
+		proxied <- target
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			down.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+			return
+		}
+		defer up.Close()
+		down.Write([]byte{5, 0, 0, 1, 127, 0, 0, 1, 0, 0})
+		go io.Copy(up, down)
+		io.Copy(down, up)
+	}()
+	pu, _ := url2("socks5://" + ln.Addr().String())
+	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
+	c, _, err := d.Dial(target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sendRecv(t, c)
+	if got, want := <-proxied, strings.TrimPrefix(target, "ws://"); got != want {
+		t.Fatalf("the proxy was asked for %s, want %s", got, want)
 	}
 }
