@@ -583,7 +583,9 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "  port:     shared with other processes (--reuse-port); topics span them only through NATS\n")
 	}
 	if s.cfg.EventLoop {
-		fmt.Fprintf(out, "  engine:   event loop (--event-loop)\n")
+		fmt.Fprintf(out, "  engine:   event loop (--event-loop=false: a goroutine per connection)\n")
+	} else {
+		fmt.Fprintf(out, "  engine:   a goroutine per connection\n")
 	}
 	switch {
 	case s.secret != nil:
