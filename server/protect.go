@@ -279,6 +279,9 @@ func (s *Server) watchMemory(ctx context.Context) {
 			s.shedLog.warn("slow clients cut: memory budget under pressure", "cut", n,
 				"used", s.budget.Used(), "limit", s.budget.Limit())
 		}
+		if h := testHookMemoryWatched.Load(); h != nil {
+			(*h)(s)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -286,6 +289,10 @@ func (s *Server) watchMemory(ctx context.Context) {
 		}
 	}
 }
+
+// testHookMemoryWatched, when a test sets it, is called after each turn
+// of a memory watch.
+var testHookMemoryWatched atomic.Pointer[func(*Server)]
 
 // everyLog logs a line at most once per interval, with the number of
 // occurrences it stood for.
