@@ -10,6 +10,9 @@
 #   make test-qemu  the cork and loop tests without assembly goroutine identity
 #                (-tags rally_nogid), and the contract, model and event-loop
 #                tests on arm64 and arm under qemu-user (scripts/test-qemu.sh)
+#   make test-arches  the contract, model and event-loop tests on 386
+#                (natively) and riscv64, ppc64le, s390x, loong64 under qemu-user
+#                (scripts/test-arches.sh; longer than test-qemu, so not in test)
 #   make test-loaded  make check three times in a row beside two busy
 #                processes per core, each run's time and result printed
 #                (scripts/test-loaded.sh; LOADED_CMD="make test" for the rest)
@@ -29,7 +32,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test test-qemu test-loaded setup bench fmt hostile fuzz hold100k release
+.PHONY: check test test-qemu test-arches test-loaded setup bench fmt hostile fuzz hold100k release
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -56,6 +59,11 @@ test: setup
 test-qemu:
 	$(GO) test -race -count=1 -tags rally_nogid -run 'CurrentG|Cork|EventLoopTurn|EventLoopWrite' .
 	bash scripts/test-qemu.sh
+
+# The same tests on the other architectures Go supports on Linux
+# (scripts/test-arches.sh); each skipped one says why.
+test-arches:
+	bash scripts/test-arches.sh
 
 LOADED_CMD ?= $(MAKE) check
 

@@ -1,8 +1,11 @@
 package rally
 
 import (
+	"flag"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +25,7 @@ func TestConnectStormsAndMassDisconnectsGiveTheMemoryBackOncePerWave(t *testing.
 	}
 	testHookReclaimed.Store(&hook)
 	defer testHookReclaimed.Store(nil)
+	forcedBefore := forcedCollections()
 	// What earlier tests held does not count.
 	ReturnMemoryAfterWaves(true)
 	defer ReturnMemoryAfterWaves(false)
@@ -79,19 +83,67 @@ func TestConnectStormsAndMassDisconnectsGiveTheMemoryBackOncePerWave(t *testing.
 		t.Fatal("a third reclaim: the churn, or each burst of a wave, triggered one")
 	default:
 	}
+	// Each reclaim is one forced collection (debug.FreeOSMemory): two
+	// waves, two at most.
+	if n := forcedCollections() - forcedBefore; n > 2 {
+		t.Fatalf("%d forced collections for two waves, want at most 2", n)
+	}
 }
 
-// Unless the program asks for it, rally never forces a collection: 5,000
-// connections opened and ended in waves of 1,000 (each wave one that
-// ReturnMemoryAfterWaves would answer) leave the runtime's count of forced
-// collections as it was, and no return of memory is even scheduled.
-// rally used to call debug.FreeOSMemory after each wave in any process.
-func TestConnectionWavesForceNoCollectionUnlessAskedFor(t *testing.T) {
-	forced := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
-	read := func() uint64 {
-		metrics.Read(forced)
-		return forced[0].Value.Uint64()
+// forcedCollections is the runtime's count of collections forced
+// (runtime.GC, debug.FreeOSMemory) since the process started.
+func forcedCollections() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+var heapGiB = flag.Float64("rally.heap-gib", 0, "GiB of pointer-heavy heap TestConnectionWavesForceNoCollectionUnlessAskedFor holds while connections come and go (default 1/4, 1/16 with -short or -race; RALLY_TEST_HEAP_GIB too; the check of record is 4)")
+
+// pointerHeap allocates about gib GiB of small objects that point at each
+// other, the heap a forced collection takes longest to mark.
+func pointerHeap(gib float64) []*heapNode {
+	type block [1 << 14]heapNode // 1 MiB of nodes
+	n := int(gib * 1024)
+	blocks := make([]*heapNode, 0, n)
+	var prev *heapNode
+	for range n {
+		b := new(block)
+		for i := range b {
+			b[i].next, b[i].other = prev, &b[(i*7919)%len(b)]
+			prev = &b[i]
+		}
+		blocks = append(blocks, &b[0])
 	}
+	return blocks
+}
+
+type heapNode struct {
+	next, other *heapNode
+	_           [6]uintptr
+}
+
+// Unless the program asks for it, rally never forces a collection: in a
+// program holding a large pointer-heavy heap (-rally.heap-gib=4 or
+// RALLY_TEST_HEAP_GIB=4 for 4 GiB, about a minute; 1/4 GiB by default,
+// 1/16 with -short or -race), 5,000 connections opened and ended in waves of
+// 1,000 (each wave one that ReturnMemoryAfterWaves would answer) leave the
+// runtime's count of forced collections as it was, and no return of
+// memory is even scheduled. rally used to call debug.FreeOSMemory after
+// each wave in any process.
+func TestConnectionWavesForceNoCollectionUnlessAskedFor(t *testing.T) {
+	gib := *heapGiB
+	if v, err := strconv.ParseFloat(os.Getenv("RALLY_TEST_HEAP_GIB"), 64); err == nil && gib == 0 {
+		gib = v
+	}
+	if gib == 0 {
+		gib = 0.25
+		if testing.Short() || raceEnabled {
+			gib = 1.0 / 16
+		}
+	}
+	heap := pointerHeap(gib)
+	read := forcedCollections
 	before := read()
 	for range 5 {
 		conns := make([]*Conn, 0, reclaimMin)
@@ -109,7 +161,10 @@ func TestConnectionWavesForceNoCollectionUnlessAskedFor(t *testing.T) {
 	if reclaim.pending.Load() {
 		t.Fatal("a return of memory to the system was scheduled without ReturnMemoryAfterWaves")
 	}
-	if after := read(); after != before {
+	after := read()
+	runtime.KeepAlive(heap)
+	t.Logf("%.3g GiB heap held, %d forced collections during 5 waves of %d connections", gib, after-before, reclaimMin)
+	if after != before {
 		t.Fatalf("%d forced collections during the waves, want 0", after-before)
 	}
 }

@@ -35,6 +35,21 @@ type Protection struct {
 	// MemoryBudget, when set, is a budget shared with other servers of
 	// the process; the server neither changes its limit nor owns it.
 	MemoryBudget *rally.MemoryBudget
+	// ReturnMemory lets the server force garbage collections of the whole
+	// process to give memory back to the operating system: after a wave of
+	// connections (it turns on rally.ReturnMemoryAfterWaves), after a mass
+	// disconnect or once clients gave back much of what they held (at most
+	// once per 10 s), and under memory pressure when what the runtime
+	// holds may be garbage (at most once a second). A forced collection
+	// stalls the process's busy goroutines while it marks (tens of
+	// milliseconds per GiB of heap), so it is off by default: a process
+	// whose memory is mostly its connections wants it (rally serve turns
+	// it on; --return-memory=false turns it off), one with a large heap of
+	// its own does not. Off, the server never forces a collection: RSS
+	// falls back after a load only as the Go runtime's scavenger returns
+	// pages, and memory pressure is judged on what the runtime holds,
+	// garbage included.
+	ReturnMemory bool
 
 	// MaxHeaderBytes bounds a request head (request line and headers):
 	// past it net/http answers 431 and closes. Default 16 KiB.
@@ -193,12 +208,16 @@ const massRelease = 64 << 20
 // much: an attack that sheds connections goes on). Neither runs
 // on a connection's path.
 //
-// It also asks rally to give memory back after a wave of connections (a
-// connect storm's handshake garbage, a mass disconnect), which the rally
-// library does only when a program asks (rally.ReturnMemoryAfterWaves): a
-// server whose memory is its connections wants it.
+// Each forced collection runs only with Protection.ReturnMemory, which
+// also asks rally to give memory back after a wave of connections (a
+// connect storm's handshake garbage, a mass disconnect; see
+// rally.ReturnMemoryAfterWaves): without it the watch only measures and
+// sheds.
 func (s *Server) watchMemory(ctx context.Context) {
-	rally.ReturnMemoryAfterWaves(true)
+	forceGC := s.cfg.ReturnMemory
+	if forceGC {
+		rally.ReturnMemoryAfterWaves(true)
+	}
 	samples := []rtmetrics.Sample{
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
@@ -238,7 +257,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 		massGone := peakConns-conns >= massDisconnect && settled
 		massReleased := peakUsed-used >= massRelease
 		idleFree := free >= idleFreeBytes && free >= h/2 && settled
-		if (massGone || massReleased || idleFree || again) && time.Since(lastFree) >= freeInterval {
+		if forceGC && (massGone || massReleased || idleFree || again) && time.Since(lastFree) >= freeInterval {
 			// Buffers pooled for reuse survive one collection (a
 			// sync.Pool keeps them for one more): two give them back.
 			runtime.GC()
@@ -250,7 +269,7 @@ func (s *Server) watchMemory(ctx context.Context) {
 			s.budget.Observe(held())
 		}
 		pressed := s.budget.Pressure() >= rally.PressureElevated && s.budget.Used() < s.budget.Limit()/10*8
-		if pressed && time.Since(lastGC) >= gcInterval {
+		if forceGC && pressed && time.Since(lastGC) >= gcInterval {
 			runtime.GC()
 			lastGC = time.Now()
 			s.budget.Observe(held())
@@ -263,6 +282,9 @@ func (s *Server) watchMemory(ctx context.Context) {
 			s.shedLog.warn("slow clients cut: memory budget under pressure", "cut", n,
 				"used", s.budget.Used(), "limit", s.budget.Limit())
 		}
+		if h := testHookMemoryWatched.Load(); h != nil {
+			(*h)(s)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -270,6 +292,10 @@ func (s *Server) watchMemory(ctx context.Context) {
 		}
 	}
 }
+
+// testHookMemoryWatched, when a test sets it, is called after each turn
+// of a memory watch.
+var testHookMemoryWatched atomic.Pointer[func(*Server)]
 
 // everyLog logs a line at most once per interval, with the number of
 // occurrences it stood for.

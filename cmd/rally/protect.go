@@ -51,6 +51,7 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	fs.Var(&count{v: &p.MaxPendingHandshakes, min: 1, max: 1 << 20}, "max-pending-handshakes", "connections whose request head is still arriving, at most; past it the\noldest of them gets 503")
 	p.EchoMaxMessageBytes = server.DefaultEchoMaxMessageBytes
 	fs.Var(&cli.Bytes[int]{P: &p.EchoMaxMessageBytes, Min: 1, Max: 1 << 30}, "echo-max-message-bytes", "largest /echo message (larger: closed with 1009); the full conformance\nsuite needs 16MiB")
+	fs.BoolVar(&p.ReturnMemory, "return-memory", true, "force garbage collections to give memory back to the system after waves of\nconnections and under memory pressure (each stalls busy goroutines while it\nmarks)")
 	fs.StringVar(&p.OpsAddr, "ops-addr", "", "also serve /healthz, /readyz and /metrics here, with file descriptors\nkept in reserve: it answers even when clients took every other one")
 
 	fs.StringVar(&n.User, "nats-user", "", "user name for NATS (and, with --embedded-nats, demanded of its clients)")
