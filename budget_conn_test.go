@@ -130,6 +130,11 @@ func TestHeldMessagesTakeOnlyTheirShareAndTheLargestAreShedWith1013(t *testing.T
 	c := hold(64 << 10) // past the share
 	for _, p := range []*rawpeer.Peer{c, a, b} {
 		checkCloseFrame(t, p.ExpectClose(t, rally.CloseTryAgainLater))
+		// Answer as a peer should: a peer that cuts TCP instead leaves
+		// Server.Close to report what arrived first, the cut (1006) or
+		// rally's own record of the 1013 it sent, which a busy machine
+		// orders either way.
+		p.WriteFrame(rawpeer.Close(rally.CloseTryAgainLater, ""))
 		p.Close()
 	}
 	for range 3 {
