@@ -181,7 +181,13 @@ func metric(t testing.TB, base, series string) float64 {
 
 func post(t testing.TB, url, contentType, auth string, body []byte) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(string(body)))
+	return httpDo(t, "POST", url, contentType, auth, body)
+}
+
+// httpDo makes an HTTP request and returns its status and body.
+func httpDo(t testing.TB, method, url, contentType, auth string, body []byte) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(string(body)))
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -103,15 +103,7 @@ func apiRequest(t testing.TB, ts *testServer, app PusherApp, method, path string
 		query.Set("body_md5", hex.EncodeToString(sum[:]))
 	}
 	query.Set("auth_signature", app.sign(stringToSign(method, path, query)))
-	req, _ := http.NewRequest(method, ts.http+path+"?"+query.Encode(), strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return httpDo(t, method, ts.http+path+"?"+query.Encode(), "application/json", "", []byte(body))
 }
 
 // The signatures of the protocol, against values computed from Pusher's

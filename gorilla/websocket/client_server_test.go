@@ -352,33 +352,26 @@ func TestCompressionOnlyWhenBothEnableIt(t *testing.T) {
 // As gorilla's TestProxyDial: Dial goes through an HTTP proxy's CONNECT
 // tunnel when Proxy names one.
 func TestDialThroughAnHTTPProxy(t *testing.T) {
-	url := server(t, echoWith(&websocket.Upgrader{}, nil, nil))
-	var tunnels atomic.Int32
-	proxy := httptest.NewServer(connectProxy(t, "", &tunnels))
-	defer proxy.Close()
-	pu, _ := url2(proxy.URL)
-	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
-	c, _, err := d.Dial(url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sendRecv(t, c)
-	if tunnels.Load() != 1 {
-		t.Fatalf("%d tunnels, want 1", tunnels.Load())
-	}
+	dialThroughProxy(t, "", nil)
 }
 
 // As gorilla's TestProxyAuthorizationDial: the proxy URL's user and
 // password go to the proxy as Basic Proxy-Authorization on the CONNECT.
 func TestDialThroughAnHTTPProxySendsItsCredentials(t *testing.T) {
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("username:password"))
+	dialThroughProxy(t, want, url.UserPassword("username", "password"))
+}
+
+// dialThroughProxy dials an echo server through connectProxy (wanting auth
+// when set; user in the proxy URL), echoes a message and checks that one
+// tunnel carried it.
+func dialThroughProxy(t *testing.T, auth string, user *url.Userinfo) {
 	target := server(t, echoWith(&websocket.Upgrader{}, nil, nil))
 	var tunnels atomic.Int32
-	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("username:password"))
-	proxy := httptest.NewServer(connectProxy(t, want, &tunnels))
+	proxy := httptest.NewServer(connectProxy(t, auth, &tunnels))
 	defer proxy.Close()
 	pu, _ := url2(proxy.URL)
-	pu.User = url.UserPassword("username", "password")
+	pu.User = user
 	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
 	c, _, err := d.Dial(target, nil)
 	if err != nil {
