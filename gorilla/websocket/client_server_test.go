@@ -689,3 +689,35 @@ func TestDialThroughASOCKS5Proxy(t *testing.T) {
 		t.Fatalf("the proxy was asked for %s, want %s", got, want)
 	}
 }
+
+// As gorilla's TestHTTPSProxyAndBackend and TestHTTPSProxyHTTPBackend: a
+// proxy reached over TLS (https://) tunnels to a ws:// and to a wss://
+// server; TLSClientConfig is trusted for both.
+func TestDialThroughAnHTTPSProxy(t *testing.T) {
+	for _, backendTLS := range []bool{false, true} {
+		var target string
+		if backendTLS {
+			s := httptest.NewTLSServer(echoWith(&websocket.Upgrader{}, nil, nil))
+			defer s.Close()
+			target = "wss" + strings.TrimPrefix(s.URL, "https")
+		} else {
+			target = server(t, echoWith(&websocket.Upgrader{}, nil, nil))
+		}
+		var tunnels atomic.Int32
+		proxy := httptest.NewTLSServer(connectProxy(t, "", &tunnels))
+		defer proxy.Close()
+		pu, _ := url2(proxy.URL)
+		// httptest's TLS servers share one certificate: the proxy's pool
+		// trusts the backend too.
+		d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait, TLSClientConfig: &tls.Config{RootCAs: certPool(proxy)}}
+		c, _, err := d.Dial(target, nil)
+		if err != nil {
+			t.Fatalf("%s through an https:// proxy: %v", target, err)
+		}
+		sendRecv(t, c)
+		c.Close()
+		if tunnels.Load() != 1 {
+			t.Fatalf("%s: %d tunnels, want 1", target, tunnels.Load())
+		}
+	}
+}
