@@ -118,14 +118,13 @@ func (c *Conn) kickLocked(inline bool) {
 // transport is not taking it at once. It exists only while the queue is
 // non-empty.
 //
-// A transport driven by an event loop has no flushing goroutine: the loop
-// writes the queue when the socket becomes writable, and wr.flushing says
-// that it will.
+// A transport that writes the queue itself (flushLater: an event loop's
+// socket, written when it becomes writable) gets no flushing goroutine;
+// wr.flushing then says that the transport will write.
 func (c *Conn) startFlusher() {
 	c.wr.flushing = true
 	c.armStallLocked()
-	if a, ok := c.t.(asyncWriter); ok {
-		a.armWritable()
+	if c.t.flushLater() {
 		return
 	}
 	m := c.wr.moreLocked()
@@ -133,13 +132,6 @@ func (c *Conn) startFlusher() {
 		m.flushFn = c.flushLoop // made once: starting the goroutine allocates nothing more
 	}
 	go m.flushFn()
-}
-
-// asyncWriter is a transport whose queue an event loop writes: armWritable
-// asks the loop to write it once the socket is writable. Called with the
-// write lock held.
-type asyncWriter interface {
-	armWritable()
 }
 
 // flushLoop writes the queue until it is empty, then exits. It is the only

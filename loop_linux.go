@@ -913,7 +913,7 @@ func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
 func (t *loopTransport) writeNow(bufs [][]byte) (int, error) { return t.tryWritev(bufs) }
 
 // flushQueue is not used: the loop writes the queue when the socket is
-// writable (startFlusher arms it).
+// writable (flushLater arms it).
 func (t *loopTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) {
 	return false, nil
 }
@@ -956,16 +956,17 @@ func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
 	return &t.l.buf, n, nil
 }
 
-// armWritable asks the loop to write the queue when the socket is
+// flushLater asks the loop to write the queue when the socket is
 // writable. The caller holds the connection's write lock.
-func (t *loopTransport) armWritable() {
+func (t *loopTransport) flushLater() bool {
 	if t.armed || t.fd < 0 {
-		return
+		return true
 	}
 	t.armed = true
 	if t.registered {
 		t.l.p.Mod(t.fd, t.tag, !t.muted, true)
 	}
+	return true
 }
 
 func (t *loopTransport) disarmLocked() {

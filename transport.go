@@ -81,6 +81,13 @@ type transport interface {
 	// encrypted, not all sent): they must be treated as started.
 	aheadOfKernel() int
 
+	// flushLater asks the transport to write the queue on its own once it
+	// can take more, and reports whether it will: an event loop's socket
+	// does, when the loop sees it writable; every other transport reports
+	// false, and the queue is written by a flushing goroutine (or by the
+	// sender). Called with the write lock held.
+	flushLater() bool
+
 	// flushBacklog writes without waiting what the transport produced on
 	// its own (TLS alerts); called with no flushing goroutine running.
 	flushBacklog()
@@ -205,6 +212,8 @@ func (t *socketTransport) aheadOfKernel() int { return 0 }
 
 func (t *socketTransport) flushBacklog() {}
 
+func (t *socketTransport) flushLater() bool { return false }
+
 func (t *socketTransport) read(buf *[]byte) (*[]byte, int, error) {
 	t.rbuf = buf
 	t.rn, t.rerr = 0, nil
@@ -278,6 +287,8 @@ func (t *streamTransport) writeNow([][]byte) (int, error) { return 0, nil }
 func (t *streamTransport) aheadOfKernel() int { return 0 }
 
 func (t *streamTransport) flushBacklog() {}
+
+func (t *streamTransport) flushLater() bool { return false }
 
 func (t *streamTransport) read(buf *[]byte) (*[]byte, int, error) {
 	size := smallReadBufferSize

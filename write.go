@@ -184,9 +184,10 @@ func (c *Conn) closedLocked() error {
 // remains to a flushing goroutine. If ctx ends meanwhile, the write
 // deadline cuts the wait. Called with the write lock held; releases it.
 func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
-	if _, ok := c.t.(asyncWriter); ok {
-		// An event loop writes the queue: wait for it.
-		c.startFlusher()
+	if c.t.flushLater() {
+		// The transport writes the queue itself (an event loop): wait for it.
+		c.wr.flushing = true
+		c.armStallLocked()
 		c.unlockWrite()
 		return c.waitFlushed(ctx, seq)
 	}
