@@ -181,6 +181,9 @@ func RunPusher(ctx context.Context, cfg PusherConfig) (*PusherResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if limit := openFileLimit(); limit > 0 && cfg.Conns+64 > limit {
+		return nil, fmt.Errorf("%d subscribers need more open files than this process may have (%d); raise ulimit -n or lower --conns", cfg.Conns, limit)
+	}
 	httpBase := "http://" + u.Host
 	if u.Scheme == "wss" {
 		httpBase = "https://" + u.Host
@@ -267,6 +270,12 @@ func (f *fanout) run(ctx context.Context) (*FanoutResult, error) {
 		r.SubscribeRate = float64(r.Subscribed) / r.SubscribeSeconds
 	}
 	if cfg.ServerPID > 0 && r.Subscribed > 0 {
+		// Let the server settle, as the idle scenario holds before it
+		// reads the memory: the subscribers are idle now.
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
 		if rss, _, err := ProcessMemory(cfg.ServerPID); err == nil {
 			r.RSSPerConn = (rss - rssBefore) / int64(r.Subscribed)
 		}

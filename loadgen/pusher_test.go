@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,8 +23,13 @@ func TestPusherFanOutDeliversEveryEventToEverySubscriber(t *testing.T) {
 	const conns, events = 20, 50
 	for _, channels := range []string{"1", "3"} {
 		var out, errb bytes.Buffer
-		status := loadgen.PusherMain([]string{"pusher", "ws://" + addr, "--app", "a1:k1:s1",
-			"--conns", "20", "--events", "50", "--channels", channels, "--compare", "--json"}, &out, &errb)
+		args := []string{"pusher", "ws://" + addr, "--app", "a1:k1:s1",
+			"--conns", "20", "--events", "50", "--channels", channels, "--compare", "--json"}
+		if channels == "1" {
+			// The server is this process: the memory and CPU paths run.
+			args = append(args, "--server-pid", strconv.Itoa(os.Getpid()))
+		}
+		status := loadgen.PusherMain(args, &out, &errb)
 		if status != 0 {
 			t.Fatalf("--channels %s: exit %d, stderr %q, stdout %s", channels, status, errb.String(), out.String())
 		}
