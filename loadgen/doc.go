@@ -47,4 +47,11 @@
 //     broadcast to all of them; `rally bench idle --procs N` spreads the
 //     connections over N processes of its own (procs.go), for more
 //     connections than one process may hold files.
+//
+// The pusher scenario (pusher.go, RunPusher) stands apart: it measures the
+// fan-out of rally serve's Pusher Channels endpoints, subscribers on
+// /app/KEY and events triggered on the signed HTTP API, and with Compare
+// the same fan-out over /ws. It speaks JSON protocols and so uses rally's
+// own client (rally.Dial) rather than the hand-written wire code; it costs
+// more per message than the scenarios above, the same for both protocols.
 package loadgen

@@ -32,9 +32,9 @@ var hostileScenarios = []struct{ name, what string }{
 }
 
 // scenarioNames lists every scenario of rally bench, for its errors:
-// "echo, chat, throughput, connect, idle, or a hostile one: slowloris, …".
+// "echo, chat, throughput, connect, idle, pusher, or a hostile one: slowloris, …".
 func scenarioNames() string {
-	return "echo, chat, throughput, connect, idle, or a hostile one: " + hostileNames()
+	return "echo, chat, throughput, connect, idle, pusher, or a hostile one: " + hostileNames()
 }
 
 // hostileNames lists the hostile scenarios: "slowloris, head-hold, …".

@@ -36,6 +36,10 @@ gives a verdict.
               processes, --source-addrs over local addresses;
               --ping-interval sends pings; --subscribe and --broadcast
               time one message to every connection of rally serve's /ws
+  pusher      --conns Pusher Channels subscribers of rally serve
+              --pusher-app, events triggered through the signed HTTP API;
+              --compare runs the same fan-out over rally's /ws (its flags:
+              rally bench pusher --help)
 
 Hostile scenarios (their flags: rally bench SCENARIO --help):
 %s

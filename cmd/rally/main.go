@@ -36,7 +36,8 @@ const usage = `rally: the WebSocket toolbox
 Usage:
   rally serve [flags]          run the pub/sub server: /ws, POST /publish, demo page at /
   rally cat URL [flags]        an interactive client: type lines to send, see what arrives
-  rally bench SCENARIO URL     load-test a WebSocket server (echo, chat, throughput, connect, idle),
+  rally bench SCENARIO URL     load-test a WebSocket server (echo, chat, throughput, connect, idle,
+                               pusher: Pusher Channels fan-out of rally serve),
                                or attack it (slowloris, head-hold, partial, slow-read, garbage)
   rally conform server URL     run the conformance suite against a server's echo endpoint
   rally conform client --addr HOST:PORT
@@ -66,6 +67,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
 	case "bench":
+		if len(args) > 1 && args[1] == "pusher" {
+			return loadgen.PusherMain(args[1:], stdout, stderr)
+		}
 		if len(args) > 1 && loadgen.IsHostile(args[1]) {
 			return loadgen.HostileMain(args[1:], stdout, stderr)
 		}

@@ -1,0 +1,92 @@
+package loadgen_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rallyws/rally/loadgen"
+	"github.com/rallyws/rally/server"
+)
+
+// Against rally serve with a Pusher app, every triggered event reaches
+// every subscriber, over the Pusher protocol and over /ws with --compare.
+func TestPusherFanOutDeliversEveryEventToEverySubscriber(t *testing.T) {
+	addr := serveRally(t, server.Config{
+		Logger:     slog.New(slog.DiscardHandler),
+		PusherApps: []server.PusherApp{{ID: "a1", Key: "k1", Secret: "s1"}},
+	})
+	const conns, events = 20, 50
+	for _, channels := range []string{"1", "3"} {
+		var out, errb bytes.Buffer
+		args := []string{"pusher", "ws://" + addr, "--app", "a1:k1:s1",
+			"--conns", "20", "--events", "50", "--channels", channels, "--compare", "--json"}
+		if channels == "1" {
+			// The server is this process: the memory and CPU paths run.
+			args = append(args, "--server-pid", strconv.Itoa(os.Getpid()))
+		}
+		status := loadgen.PusherMain(args, &out, &errb)
+		if status != 0 {
+			t.Fatalf("--channels %s: exit %d, stderr %q, stdout %s", channels, status, errb.String(), out.String())
+		}
+		var res loadgen.PusherResult
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("--channels %s: %v in %s", channels, err, out.String())
+		}
+		if res.WS == nil {
+			t.Fatalf("--channels %s: no /ws result with --compare", channels)
+		}
+		for _, f := range []*loadgen.FanoutResult{res.Pusher, res.WS} {
+			want := int64(conns * events)
+			if channels == "3" {
+				// Events go to the channels in turn, subscribers too:
+				// channel i has subscribers and events in the same turn.
+				want = 0
+				for e := range events {
+					for c := range conns {
+						if c%3 == e%3 {
+							want++
+						}
+					}
+				}
+			}
+			if f.Subscribed != conns || f.Triggered != events || f.Deliveries != want || f.Expected != want || f.Errors != 0 {
+				t.Errorf("--channels %s, %s: subscribed %d, triggered %d, deliveries %d (expected %d, want %d), errors %d %v",
+					channels, f.Protocol, f.Subscribed, f.Triggered, f.Deliveries, f.Expected, want, f.Errors, f.ErrorSamples)
+			}
+		}
+	}
+}
+
+// A wrong secret is refused by the server: the run says so and exits 1.
+func TestPusherWrongSecretFails(t *testing.T) {
+	addr := serveRally(t, server.Config{
+		Logger:     slog.New(slog.DiscardHandler),
+		PusherApps: []server.PusherApp{{ID: "a1", Key: "k1", Secret: "s1"}},
+	})
+	var out, errb bytes.Buffer
+	status := loadgen.PusherMain([]string{"pusher", "ws://" + addr, "--app", "a1:k1:wrong", "--conns", "2", "--events", "2"}, &out, &errb)
+	if status != 1 || !strings.Contains(out.String(), "401") {
+		t.Errorf("exit %d, stdout %q: want 1 and the 401", status, out.String())
+	}
+}
+
+func TestPusherBadAppIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"pusher", "ws://127.0.0.1:1"},
+		{"pusher", "ws://127.0.0.1:1", "--app", "a1:k1"},
+		{"pusher", "ws://127.0.0.1:1", "--app", "a1::s1"},
+	} {
+		var out, errb bytes.Buffer
+		if status := loadgen.PusherMain(args, &out, &errb); status != 2 || !strings.Contains(errb.String(), "--app") {
+			t.Errorf("%q: exit %d, stderr %q: want 2 naming --app", args, status, errb.String())
+		}
+		if strings.Contains(errb.String(), "s1") {
+			t.Errorf("%q: stderr %q shows the secret", args, errb.String())
+		}
+	}
+}
