@@ -99,13 +99,7 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rally bench: %v\n", strings.TrimPrefix(err.Error(), "loadgen: "))
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(res)
-	} else {
-		res.WriteSummary(stdout)
-	}
+	printResult(stdout, *asJSON, res)
 	if *jsonFile != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
 		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {

@@ -113,13 +113,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rally bench: %v\n", strings.TrimPrefix(err.Error(), "loadgen: "))
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(res)
-	} else {
-		res.WriteSummary(stdout)
-	}
+	printResult(stdout, *asJSON, res)
 	if *htmlPath != "" {
 		if err := os.WriteFile(*htmlPath, []byte(HTMLReport(res)), 0o644); err != nil {
 			fmt.Fprintf(stderr, "rally bench: %v\n", err)
@@ -180,4 +174,15 @@ func writeProgress(w io.Writer, s Scenario, p Progress) {
 		return
 	}
 	fmt.Fprintf(w, "\r\x1b[K%-9s [%s] %5.1fs  %s/s  errors %d", p.Phase, bar, p.Elapsed.Seconds(), Count(p.Rate), p.Errors)
+}
+
+// printResult writes res to w as indented JSON, or as its summary.
+func printResult(w io.Writer, asJSON bool, res interface{ WriteSummary(io.Writer) }) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(res)
+		return
+	}
+	res.WriteSummary(w)
 }

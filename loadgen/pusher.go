@@ -154,13 +154,7 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rally bench: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(res)
-	} else {
-		res.WriteSummary(stdout)
-	}
+	printResult(stdout, *asJSON, res)
 	if !res.Pusher.ok() || (res.WS != nil && !res.WS.ok()) {
 		return 1
 	}
