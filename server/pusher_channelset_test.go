@@ -1,0 +1,52 @@
+package server
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// A connection's channel set answers as a map would, whatever the order
+// of subscribes and leaves (the first channel is held in place, the rest
+// in a map).
+func TestChannelSetAnswersAsAMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var cs channelSet
+		model := map[string]string{}
+		for range 50 {
+			ch := "c" + strconv.Itoa(r.IntN(5))
+			switch r.IntN(3) {
+			case 0, 1:
+				user := strconv.Itoa(r.IntN(100))
+				cs.set(ch, user)
+				model[ch] = user
+			case 2:
+				cs.remove(ch)
+				delete(model, ch)
+			}
+			if cs.len() != len(model) {
+				t.Fatalf("round %d: len %d, want %d", round, cs.len(), len(model))
+			}
+			for k := range 5 {
+				ch := "c" + strconv.Itoa(k)
+				got, ok := cs.get(ch)
+				want, wok := model[ch]
+				if got != want || ok != wok {
+					t.Fatalf("round %d: get(%s) = %q %v, want %q %v", round, ch, got, ok, want, wok)
+				}
+			}
+			chans := cs.channels()
+			slices.Sort(chans)
+			var want []string
+			for ch := range model {
+				want = append(want, ch)
+			}
+			slices.Sort(want)
+			if !slices.Equal(chans, want) {
+				t.Fatalf("round %d: channels %v, want %v", round, chans, want)
+			}
+		}
+	}
+}
