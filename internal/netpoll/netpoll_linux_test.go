@@ -153,9 +153,20 @@ func TestTakeKeepsTheSocketNonBlockingAfterTheConnCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
+	// The connection accepted must be this client's: another process
+	// that dials a loopback port it saw free a moment ago may reach this
+	// listener first, and its connection ends at once.
+	var nc net.Conn
+	for nc == nil {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.RemoteAddr().String() == client.LocalAddr().String() {
+			nc = c
+		} else {
+			c.Close()
+		}
 	}
 	rc, _ := nc.(*net.TCPConn).SyscallConn()
 	fd, err := Take(rc)
