@@ -405,8 +405,6 @@ func (p *presence) leave(topic, client string) {
 	p.mu.Unlock()
 	if ok {
 		p.unreserve(topic, m.Client, m.User)
-	}
-	if ok {
 		p.announce(announcement{Event: "leave", Topic: topic, member: m})
 	}
 	p.sendMu.Unlock()
