@@ -1,8 +1,8 @@
 package server
 
 import (
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/rallyws/rally"
 )
@@ -15,14 +15,11 @@ func charged(s *testServer, cat rally.MemoryCategory) rally.MemoryStats {
 // awaitCharge waits until s's budget holds nothing in cats.
 func awaitCharge(t *testing.T, s *testServer, cats ...rally.MemoryCategory) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	for _, cat := range cats {
-		for charged(s, cat).Used != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%v: %d bytes still charged after every client left", cat, charged(s, cat).Used)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		pollUntil(t, func() (bool, string) {
+			used := charged(s, cat).Used
+			return used == 0, fmt.Sprintf("%v: %d bytes still charged after every client left", cat, used)
+		})
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // testServer is a server on a loopback port, shut down when the test ends.
@@ -201,4 +202,22 @@ func httpDo(t testing.TB, method, url, contentType, auth string, body []byte) (i
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// pollUntil asks done until it holds, for what only a poll can ask (a
+// metric, the budget's charge, another node's answer), failing with what
+// done last described after 20 s scaled by the machine's measured load.
+func pollUntil(t testing.TB, done func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(slowness.Scale(20 * time.Second))
+	for {
+		ok, what := done()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

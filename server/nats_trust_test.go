@@ -3,9 +3,9 @@ package server
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,17 +17,10 @@ import (
 // awaitMetric polls series on base until it reaches want.
 func awaitMetric(t *testing.T, base, series string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pollUntil(t, func() (bool, string) {
 		got := metric(t, base, series)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v", series, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got == want, fmt.Sprintf("%s = %v, want %v", series, got, want)
+	})
 }
 
 // subscribedOnBoth subscribes a client of b to topic and waits until a

@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rallyws/rally/internal/slowness"
 )
 
 var testApp = PusherApp{ID: "3", Key: "278d425bdf160c739803", Secret: "7ad3773142a6692b25b8"}
@@ -460,17 +459,10 @@ func TestPusherAcrossNodes(t *testing.T) {
 // want (the other nodes' notes take a moment to arrive).
 func pusherAwait(t *testing.T, ts *testServer, path string, query url.Values, want string) {
 	t.Helper()
-	var body string
-	deadline := time.Now().Add(slowness.Scale(5 * time.Second))
-	for time.Now().Before(deadline) {
-		var status int
-		status, body = apiRequest(t, ts, testApp, "GET", path, query, "")
-		if status == 200 && strings.Contains(body, want) {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("GET %s: %s, never with %s", path, body, want)
+	pollUntil(t, func() (bool, string) {
+		status, body := apiRequest(t, ts, testApp, "GET", path, query, "")
+		return status == 200 && strings.Contains(body, want), fmt.Sprintf("GET %s: %s, never with %s", path, body, want)
+	})
 }
 
 // Presence, channel counts and webhooks speak for the cluster: a member
