@@ -372,15 +372,21 @@ func dialThroughProxy(t *testing.T, auth string, user *url.Userinfo) {
 	defer proxy.Close()
 	pu, _ := url2(proxy.URL)
 	pu.User = user
-	d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}
+	echoThrough(t, websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait}, target, &tunnels)
+}
+
+// echoThrough dials target with d, echoes a message and checks that one
+// tunnel of the proxy carried it.
+func echoThrough(t *testing.T, d websocket.Dialer, target string, tunnels *atomic.Int32) {
+	t.Helper()
 	c, _, err := d.Dial(target, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s through the proxy: %v", target, err)
 	}
 	defer c.Close()
 	sendRecv(t, c)
 	if tunnels.Load() != 1 {
-		t.Fatalf("%d tunnels, want 1", tunnels.Load())
+		t.Fatalf("%s: %d tunnels, want 1", target, tunnels.Load())
 	}
 }
 
@@ -710,14 +716,6 @@ func TestDialThroughAnHTTPSProxy(t *testing.T) {
 		// httptest's TLS servers share one certificate: the proxy's pool
 		// trusts the backend too.
 		d := websocket.Dialer{Proxy: http.ProxyURL(pu), HandshakeTimeout: wait, TLSClientConfig: &tls.Config{RootCAs: certPool(proxy)}}
-		c, _, err := d.Dial(target, nil)
-		if err != nil {
-			t.Fatalf("%s through an https:// proxy: %v", target, err)
-		}
-		sendRecv(t, c)
-		c.Close()
-		if tunnels.Load() != 1 {
-			t.Fatalf("%s: %d tunnels, want 1", target, tunnels.Load())
-		}
+		echoThrough(t, d, target, &tunnels)
 	}
 }
