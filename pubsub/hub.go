@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/smallmap"
 )
 
 // Options configure a Hub. A nil *Options is valid and means the defaults.
@@ -101,50 +102,10 @@ type subscribers struct {
 
 // member is what the hub knows of one connection: the topics it
 // subscribes to. It lives from the connection's first Subscribe until the
-// connection ends. Most connections subscribe to one topic: that one is
-// kept inline (a map of one entry is a few hundred bytes), the others in a
-// map made by the second.
+// connection ends. Most connections subscribe to one topic, which
+// smallmap keeps without a map.
 type member struct {
-	one  *subscribers            // a topic (one.name), or nil
-	more map[string]*subscribers // the other topics, by name
-}
-
-// get returns the member's subscription to topic, or nil.
-func (m *member) get(topic string) *subscribers {
-	if m.one != nil && m.one.name == topic {
-		return m.one
-	}
-	return m.more[topic]
-}
-
-// put adds a subscription (to a topic the member does not have).
-func (m *member) put(t *subscribers) {
-	if m.one == nil {
-		m.one = t
-		return
-	}
-	if m.more == nil {
-		m.more = map[string]*subscribers{}
-	}
-	m.more[t.name] = t
-}
-
-// del removes the member's subscription to topic.
-func (m *member) del(topic string) {
-	if m.one != nil && m.one.name == topic {
-		m.one = nil
-		return
-	}
-	delete(m.more, topic)
-}
-
-// count is the number of topics subscribed to.
-func (m *member) count() int {
-	n := len(m.more)
-	if m.one != nil {
-		n++
-	}
-	return n
+	topics smallmap.Map[*subscribers]
 }
 
 // NewHub returns a hub with opts, attached to opts.Broker if one is set.
@@ -201,7 +162,7 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 	m := h.members[c]
 	hook := m == nil
 	if !hook {
-		if m.get(topic) != nil {
+		if _, ok := m.topics.Get(topic); ok {
 			h.mu.Unlock()
 			h.imu.Unlock()
 			return nil
@@ -236,7 +197,7 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		h.topics[topic] = t
 	}
 	t.add(c)
-	m.put(t)
+	m.topics.Set(topic, t)
 	h.mu.Unlock()
 	var err error
 	if first {
@@ -268,13 +229,13 @@ func (h *Hub) Unsubscribe(c *rally.Conn, topic string) bool {
 	m := h.members[c]
 	var t *subscribers
 	if m != nil {
-		t = m.get(topic)
+		t, _ = m.topics.Get(topic)
 	}
 	if t == nil {
 		h.mu.Unlock()
 		return false
 	}
-	m.del(topic)
+	m.topics.Delete(topic)
 	last := h.removeLocked(t, c)
 	h.mu.Unlock()
 	h.budget.Release(rally.MemorySubscriptions, subscriptionCost)
@@ -300,16 +261,13 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 		h.members = nil
 	}
 	var emptied []string
-	held := int64(memberCost + subscriptionCost*m.count())
-	if m.one != nil && h.removeLocked(m.one, c) {
-		emptied = append(emptied, m.one.name)
-	}
-	for name, t := range m.more {
+	held := int64(memberCost + subscriptionCost*m.topics.Len())
+	for name, t := range m.topics.All() {
 		if h.removeLocked(t, c) {
 			emptied = append(emptied, name)
 		}
 	}
-	m.one, m.more = nil, nil
+	m.topics = smallmap.Map[*subscribers]{}
 	h.mu.Unlock()
 	h.budget.Release(rally.MemorySubscriptions, held)
 	for _, name := range emptied {
@@ -367,7 +325,8 @@ func (h *Hub) IsSubscribed(c *rally.Conn, topic string) bool {
 	if m == nil {
 		return false
 	}
-	return m.get(topic) != nil
+	_, ok := m.topics.Get(topic)
+	return ok
 }
 
 // SubscriberCount returns the number of this hub's subscribers of topic

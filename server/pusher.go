@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/smallmap"
 	"github.com/rallyws/rally/pubsub"
 )
 
@@ -40,12 +41,12 @@ const pusherActivityTimeout = 120
 type pusherConn struct {
 	app      *pusherApp
 	socketID string
-	refuse   int        // pusher:error code to send on open, then close
-	reason   string     // its message
-	subs     channelSet // channel: user_id on presence channels
-	user     string     // signed in user, or ""
-	tokens   float64    // client events left in the bucket
-	last     time.Time  // when tokens was counted
+	refuse   int                  // pusher:error code to send on open, then close
+	reason   string               // its message
+	subs     smallmap.Map[string] // channel: user_id on presence channels (most have one)
+	user     string               // signed in user, or ""
+	tokens   float64              // client events left in the bucket
+	last     time.Time            // when tokens was counted
 }
 
 // pusherMsg is one message of the protocol.
@@ -111,7 +112,7 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 func (s *Server) pusherClose(c *rally.Conn, ce *rally.CloseError) {
 	pc := c.Data().(*pusherConn)
 	if a := pc.app; a != nil && pc.refuse == 0 {
-		for _, ch := range pc.subs.channels() {
+		for _, ch := range pc.subs.Keys() {
 			s.pusherLeave(c, pc, ch)
 		}
 		a.mu.Lock()
@@ -204,7 +205,7 @@ func (s *Server) pusherMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 	case m.Event == "pusher:unsubscribe":
 		var d struct{ Channel string }
 		if dataObject(m.Data, &d) == nil && d.Channel != "" {
-			if _, ok := pc.subs.get(d.Channel); ok {
+			if _, ok := pc.subs.Get(d.Channel); ok {
 				s.pusherLeave(c, pc, d.Channel)
 			}
 		}
@@ -260,11 +261,11 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		return
 	}
 	a := pc.app
-	if _, ok := pc.subs.get(d.Channel); ok {
+	if _, ok := pc.subs.Get(d.Channel); ok {
 		pusherSend(c, "pusher_internal:subscription_succeeded", d.Channel, []byte(`"{}"`))
 		return
 	}
-	if s.cfg.MaxSubscriptions > 0 && pc.subs.len() >= s.cfg.MaxSubscriptions {
+	if s.cfg.MaxSubscriptions > 0 && pc.subs.Len() >= s.cfg.MaxSubscriptions {
 		pusherSubscriptionError(c, d.Channel, "LimitReached", "a connection may subscribe to at most "+strconv.Itoa(s.cfg.MaxSubscriptions)+" channels", 400)
 		return
 	}
@@ -319,7 +320,7 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		}
 		s.log.Warn("pusher subscribe: other nodes not told", "channel", d.Channel, "err", err)
 	}
-	pc.subs.set(d.Channel, user)
+	pc.subs.Set(d.Channel, user)
 	s.subs.Add(1)
 	s.m.subscriptions.Inc()
 	cl := s.pusherCluster
@@ -421,8 +422,8 @@ func (s *Server) pusherChannelCounts(a *pusherApp) map[string]int {
 // pusherLeave ends c's subscription to channel.
 func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 	a := pc.app
-	user, _ := pc.subs.get(channel)
-	pc.subs.remove(channel)
+	user, _ := pc.subs.Get(channel)
+	pc.subs.Delete(channel)
 	topic := a.topic(channel)
 	s.hub.Unsubscribe(c, topic)
 	s.subs.Add(-1)
@@ -470,7 +471,7 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 		pusherError(c, pusherGeneric, "client events are for private and presence channels only (not encrypted ones)")
 		return
 	}
-	user, ok := pc.subs.get(m.Channel)
+	user, ok := pc.subs.Get(m.Channel)
 	if !ok {
 		pusherError(c, pusherGeneric, "client event on "+m.Channel+", a channel this connection is not subscribed to")
 		return
@@ -610,67 +611,4 @@ func isPusherFrame(topic string, p []byte) bool {
 	}
 	var m pusherMsg
 	return json.Unmarshal(p, &m) == nil && m.Channel == channel && m.Event != ""
-}
-
-// channelSet is a connection's subscribed channels, each with its
-// presence user_id. Most connections subscribe to one channel: it is held
-// in place, and a map is made only for a second one (a Go map with one
-// entry costs about 300 bytes).
-type channelSet struct {
-	one     string
-	oneUser string
-	has     bool
-	more    map[string]string
-}
-
-func (cs *channelSet) get(ch string) (user string, ok bool) {
-	if cs.has && cs.one == ch {
-		return cs.oneUser, true
-	}
-	user, ok = cs.more[ch]
-	return user, ok
-}
-
-func (cs *channelSet) set(ch, user string) {
-	switch {
-	case cs.has && cs.one == ch, !cs.has && len(cs.more) == 0:
-		cs.one, cs.oneUser, cs.has = ch, user, true
-	default:
-		if cs.more == nil {
-			cs.more = map[string]string{}
-		}
-		cs.more[ch] = user
-	}
-}
-
-func (cs *channelSet) remove(ch string) {
-	if cs.has && cs.one == ch {
-		cs.one, cs.oneUser, cs.has = "", "", false
-		return
-	}
-	delete(cs.more, ch)
-	if len(cs.more) == 0 {
-		cs.more = nil
-	}
-}
-
-func (cs *channelSet) len() int {
-	n := len(cs.more)
-	if cs.has {
-		n++
-	}
-	return n
-}
-
-// channels returns the channels, a copy the caller may leave while it
-// ranges over them.
-func (cs *channelSet) channels() []string {
-	out := make([]string, 0, cs.len())
-	if cs.has {
-		out = append(out, cs.one)
-	}
-	for ch := range cs.more {
-		out = append(out, ch)
-	}
-	return out
 }

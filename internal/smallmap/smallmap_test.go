@@ -1,4 +1,4 @@
-package server
+package smallmap
 
 import (
 	"math/rand/v2"
@@ -7,37 +7,36 @@ import (
 	"testing"
 )
 
-// A connection's channel set answers as a map would, whatever the order
-// of subscribes and leaves (the first channel is held in place, the rest
-// in a map).
-func TestChannelSetAnswersAsAMap(t *testing.T) {
+// A Map answers as a Go map would, whatever the order of sets and
+// deletes (the first entry held in place, the rest in a map).
+func TestMapAnswersAsAGoMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
-		var cs channelSet
+		var cs Map[string]
 		model := map[string]string{}
 		for range 50 {
 			ch := "c" + strconv.Itoa(r.IntN(5))
 			switch r.IntN(3) {
 			case 0, 1:
 				user := strconv.Itoa(r.IntN(100))
-				cs.set(ch, user)
+				cs.Set(ch, user)
 				model[ch] = user
 			case 2:
-				cs.remove(ch)
+				cs.Delete(ch)
 				delete(model, ch)
 			}
-			if cs.len() != len(model) {
-				t.Fatalf("round %d: len %d, want %d", round, cs.len(), len(model))
+			if cs.Len() != len(model) {
+				t.Fatalf("round %d: len %d, want %d", round, cs.Len(), len(model))
 			}
 			for k := range 5 {
 				ch := "c" + strconv.Itoa(k)
-				got, ok := cs.get(ch)
+				got, ok := cs.Get(ch)
 				want, wok := model[ch]
 				if got != want || ok != wok {
 					t.Fatalf("round %d: get(%s) = %q %v, want %q %v", round, ch, got, ok, want, wok)
 				}
 			}
-			chans := cs.channels()
+			chans := cs.Keys()
 			slices.Sort(chans)
 			var want []string
 			for ch := range model {
@@ -45,7 +44,7 @@ func TestChannelSetAnswersAsAMap(t *testing.T) {
 			}
 			slices.Sort(want)
 			if !slices.Equal(chans, want) {
-				t.Fatalf("round %d: channels %v, want %v", round, chans, want)
+				t.Fatalf("round %d: keys %v, want %v", round, chans, want)
 			}
 		}
 	}
