@@ -588,6 +588,7 @@ func (s *Server) pusherRoutes() {
 		return
 	}
 	s.mux.Handle("GET /app/{key}", s.limitFull(s.pusherWS, true))
+	s.mux.Handle("CONNECT /app/{key}", s.limitFull(s.pusherWS, true)) // over HTTP/2 (RFC 8441)
 	s.mux.HandleFunc("POST /apps/{app_id}/events", s.pusherAPI(s.pusherEvents))
 	s.mux.HandleFunc("POST /apps/{app_id}/batch_events", s.pusherAPI(s.pusherBatch))
 	s.mux.HandleFunc("GET /apps/{app_id}/channels", s.pusherAPI(s.pusherChannels))

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally"
 )
 
 var testApp = PusherApp{ID: "3", Key: "278d425bdf160c739803", Secret: "7ad3773142a6692b25b8"}
@@ -517,5 +519,25 @@ func TestPusherClusterState(t *testing.T) {
 	}
 	if count["channel_occupied"] != 1 || count["member_added"] != 2 {
 		t.Fatalf("webhooks %v: want channel_occupied once and member_added for alice and bob", names)
+	}
+}
+
+// Pusher clients reach /app/{key} over HTTP/2 (RFC 8441) as over
+// HTTP/1.1, like every other WebSocket endpoint of the server.
+func TestPusherOverHTTP2(t *testing.T) {
+	addr, stop := serveConfig(t, Config{PusherApps: []PusherApp{testApp}, H2C: true, HandshakeRate: -1})
+	defer stop()
+	rc, _, err := rally.Dial(testContext(t), "ws://"+addr+"/app/"+testApp.Key+"?protocol=7", &rally.DialOptions{HTTP2: rally.HTTP2Require})
+	if err != nil {
+		t.Fatalf("dial /app over HTTP/2: %v", err)
+	}
+	c := &client{t: t, c: rc}
+	defer rc.CloseNow()
+	if ev, _, _ := pusherRead(t, c); ev != "pusher:connection_established" {
+		t.Fatalf("first event over HTTP/2: %q, want pusher:connection_established", ev)
+	}
+	c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{"channel": "h2"}})
+	if ev, ch, _ := pusherRead(t, c); ev != "pusher_internal:subscription_succeeded" || ch != "h2" {
+		t.Fatalf("subscribe over HTTP/2: %q %q", ev, ch)
 	}
 }
