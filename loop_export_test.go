@@ -13,3 +13,7 @@ func init() {
 // LoopWrites is the number of write system calls made by event-loop
 // connections so far (benchmarks: writes per delivered message).
 func LoopWrites() uint64 { return loopWriteCalls() }
+
+// LoopWritesForTest is the number of write system calls made by s's own
+// event loops so far, whatever other servers of the process do.
+func (s *Server) LoopWritesForTest() uint64 { return s.loops.writeCalls() }

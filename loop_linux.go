@@ -173,6 +173,20 @@ func loopWriteCalls() uint64 {
 	return n
 }
 
+// writeCalls is the number of write system calls made by the group's
+// running loops so far.
+func (g *loopGroup) writeCalls() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n uint64
+	for _, l := range g.slots {
+		if l != nil {
+			n += l.writes.Load()
+		}
+	}
+	return n
+}
+
 // running is the loops that run in the process, for gatherLocked to find
 // the loop of the calling goroutine. Copied on write.
 var running struct {

@@ -18,6 +18,9 @@ func onLoop() bool { return false }
 // loopWriteCalls is 0: no event loop runs here.
 func loopWriteCalls() uint64 { return 0 }
 
+// writeCalls is 0: no event loop runs here.
+func (g *loopGroup) writeCalls() uint64 { return 0 }
+
 // loopYield reports false: no loop turn is shared.
 func (c *Conn) loopYield() bool { return false }
 
