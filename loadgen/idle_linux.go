@@ -79,6 +79,11 @@ func (h *pollHolder) take(nc net.Conn, rest []byte) bool {
 		return true
 	}
 	nc.Close()
+	// The WebSocket pings tell whether the peer is alive; the kernel's
+	// keepalive probes (Go's dialer asks for one every 15 s) add a packet
+	// each way per connection and interval, which at a million
+	// connections overflows loopback's queue on a busy machine.
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
 	var part []byte
 	if rd.w > rd.r {
 		part = append(part, rd.buf[rd.r:rd.w]...)
