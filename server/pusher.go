@@ -271,6 +271,7 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	}
 	var user string
 	var info []byte
+	charged := false // a presence member's charge was made
 	if id, ok := strings.CutPrefix(d.Channel, userChannel); ok && id != pc.user {
 		pusherSubscriptionError(c, d.Channel, "AuthError", "only the user "+id+", signed in, may subscribe to "+d.Channel, 401)
 		return
@@ -301,15 +302,28 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		}
 		info = cd.UserInfo
 		a.mu.Lock()
-		full := len(a.members[d.Channel]) >= a.MaxPresenceMembers && a.members[d.Channel][user] == nil
+		fresh := a.members[d.Channel][user] == nil
+		full := len(a.members[d.Channel]) >= a.MaxPresenceMembers && fresh
 		a.mu.Unlock()
 		if full {
 			pusherSubscriptionError(c, d.Channel, "LimitReached", "presence channel full: "+strconv.Itoa(a.MaxPresenceMembers)+" members", 400)
 			return
 		}
+		// A member new to this node is charged before it is kept.
+		if fresh {
+			if !a.mem().Reserve(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info)) {
+				s.m.refusals.WithLabelValues("presence_memory").Inc()
+				pusherSubscriptionError(c, d.Channel, "LimitReached", "the server's memory budget has no room for another presence member", 503)
+				return
+			}
+			charged = true
+		}
 	}
 	topic := a.topic(d.Channel)
 	if err := s.hub.Subscribe(c, topic); err != nil {
+		if charged {
+			a.mem().Release(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info))
+		}
 		switch {
 		case errors.Is(err, rally.ErrClosed):
 			return
@@ -342,6 +356,16 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 			ms[user] = m
 			fresh = true
 			added = !cl.hasMember(a.ID, d.Channel, user)
+			switch n := pusherMemberCharge(d.Channel, user, info); {
+			case charged:
+				m.charge = n
+			case a.mem().Reserve(rally.MemorySubscriptions, n):
+				// Another connection of user was a member at the check
+				// and left since.
+				m.charge = n
+			}
+		} else if charged { // another connection of user made it first
+			a.mem().Release(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info))
 		}
 		m.conns++
 	}
@@ -442,6 +466,7 @@ func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 			m.conns--
 			if m.conns == 0 {
 				delete(a.members[channel], user)
+				a.mem().Release(rally.MemorySubscriptions, m.charge)
 				gone = true
 				removed = !cl.hasMember(a.ID, channel, user)
 			}
@@ -487,12 +512,17 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 	pc.tokens--
 	// Relayed as it came: the data is the client's.
 	b, _ := json.Marshal(pusherMsg{Event: m.Event, Channel: m.Channel, Data: m.Data, UserID: user})
+	if !a.reserveCache([]pusherFrameOf{{m.Channel, b}}) {
+		s.m.refusals.WithLabelValues("pusher_cache_memory").Inc()
+		pusherError(c, pusherGeneric, "Client event rejected: the server's memory budget has no room for the cache channel's last event")
+		return
+	}
 	res, err := s.hub.PublishFrom(c, a.topic(m.Channel), rally.Text, b)
 	s.published("pusher", res, len(b))
 	if err != nil {
 		s.log.Warn("pusher client event: other nodes not reached", "err", err)
 	}
-	a.keep(m.Channel, b)
+	a.storeCache(m.Channel, b)
 	a.hook(hookEvent{Name: "client_event", Channel: m.Channel, Event: m.Event, Data: string(m.Data), SocketID: pc.socketID, UserID: user})
 }
 
@@ -563,7 +593,7 @@ func (s *Server) startPusher(conn rally.ConnOptions, compression *rally.Compress
 		if s.pusherKeys[app.Key] != nil || s.pusherIDs[app.ID] != nil {
 			return configErrorf("--pusher-app %s: two apps share an id or a key", app.ID)
 		}
-		a := newPusherApp(app)
+		a := newPusherApp(app, &s.budget)
 		if len(a.Webhooks) > 0 {
 			a.hooks = newWebhooks(ctx, &a.PusherApp, s.log)
 		}

@@ -110,7 +110,7 @@ func apiRequest(t testing.TB, ts *testServer, app PusherApp, method, path string
 // The signatures of the protocol, against values computed from Pusher's
 // documented algorithm (HMAC-SHA256, hex) outside this code.
 func TestPusherSignatureVectors(t *testing.T) {
-	a := newPusherApp(testApp)
+	a := newPusherApp(testApp, nil)
 	for _, c := range []struct{ msg, sig string }{
 		{"1234.1234:private-foobar", "58df8b0c36d6982b82c3ecf6b4662e34fe8c25bba48f5369f135bf843651c3a4"},
 		{`1234.1234:presence-foobar:{"user_id":10,"user_info":{"name":"Mr. Channels"}}`, "31935e7d86dba64c2a90aed31fdc61869f9b22ba9d8863bba239c03ca481bc80"},
@@ -540,4 +540,108 @@ func TestPusherOverHTTP2(t *testing.T) {
 	if ev, ch, _ := pusherRead(t, c); ev != "pusher_internal:subscription_succeeded" || ch != "h2" {
 		t.Fatalf("subscribe over HTTP/2: %q %q", ev, ch)
 	}
+}
+
+// Presence members and cache channels' last events are charged to the
+// memory budget while they are held, once however many connections of a
+// user are members, and given back.
+func TestPusherMembersAndCachedEventsAreChargedAndGivenBack(t *testing.T) {
+	ts := pusherServe(t)
+	a := pusherDial(t, ts, testApp.Key)
+	a.subscribe(testApp, "private-first", "") // a connection's first costs more
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-first")
+	before := charged(ts, rally.MemorySubscriptions).Used
+	a.subscribe(testApp, "private-plain", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-plain")
+	plain := charged(ts, rally.MemorySubscriptions).Used - before
+	before = charged(ts, rally.MemorySubscriptions).Used
+	info := `{"name":"` + strings.Repeat("A", 1000) + `"}`
+	a.subscribe(testApp, "presence-roomy", `{"user_id":"alice","user_info":`+info+`}`)
+	a.expectEvent("pusher_internal:subscription_succeeded", "presence-roomy")
+	member := charged(ts, rally.MemorySubscriptions).Used - before
+	if member-plain < pusherMemberCost+1000 {
+		t.Fatalf("a presence subscription charged %d bytes, a private one %d: the member (1 KB of user_info) is not charged", member, plain)
+	}
+	// alice's second connection adds a subscription, not a member.
+	a2 := pusherDial(t, ts, testApp.Key)
+	before = charged(ts, rally.MemorySubscriptions).Used
+	a2.subscribe(testApp, "presence-roomy", `{"user_id":"alice","user_info":`+info+`}`)
+	a2.expectEvent("pusher_internal:subscription_succeeded", "presence-roomy")
+	if again := charged(ts, rally.MemorySubscriptions).Used - before; again >= member {
+		t.Fatalf("alice's second connection charged %d bytes, her first %d: the member is charged twice", again, member)
+	}
+
+	cached := charged(ts, rally.MemoryRecovery).Used
+	event := `{"name":"price","channel":"cache-price","data":"` + strings.Repeat("9", 2000) + `"}`
+	for range 3 { // each replaces the last: charged once
+		if status, body := apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil, event); status != 200 {
+			t.Fatalf("trigger: %d %s", status, body)
+		}
+	}
+	if held := charged(ts, rally.MemoryRecovery).Used - cached; held < 2000 || held > 2*2000 {
+		t.Fatalf("three 2 KB events on a cache channel charged %d bytes; the last one alone is held", held)
+	}
+	a.c.CloseNow()
+	a2.c.CloseNow()
+	awaitCharge(t, ts, rally.MemorySubscriptions)
+}
+
+// When the memory budget has no room, a presence member new to the node,
+// a cache channel's event triggered over the API and a client event on a
+// cache channel are refused in the protocol, and nothing is held; with
+// room again they go through.
+func TestPusherRefusesMembersAndCachedEventsPastTheBudget(t *testing.T) {
+	budget := rally.NewMemoryBudget(64 << 20)
+	ts := serve(t, Config{PusherApps: []PusherApp{testApp}, Protection: Protection{MemoryBudget: budget}})
+	a := pusherDial(t, ts, testApp.Key)
+	b := pusherDial(t, ts, testApp.Key)
+	b.subscribe(testApp, "private-cache-feed", "")
+	b.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
+	b.expectEvent("pusher:cache_miss", "private-cache-feed")
+	a.subscribe(testApp, "private-cache-feed", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
+	a.expectEvent("pusher:cache_miss", "private-cache-feed")
+
+	// What connections may hold stops at 75% of the limit (request heads
+	// may go further): take the budget just past it.
+	fill := budget.Limit()*78/100 - budget.Used()
+	if !budget.Reserve(rally.MemoryHandshakes, fill) {
+		t.Fatal("reserve refused")
+	}
+	a.subscribe(testApp, "presence-full", `{"user_id":"alice"}`)
+	var se struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	json.Unmarshal([]byte(a.expectEvent("pusher:subscription_error", "presence-full")), &se)
+	if se.Status != 503 || se.Type != "LimitReached" {
+		t.Fatalf("presence member past the budget: %+v, want LimitReached 503", se)
+	}
+	status, body := apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil, `{"name":"tick","channel":"private-cache-feed","data":"1"}`)
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("trigger on a cache channel past the budget: %d %s, want 503", status, body)
+	}
+	status, body = apiRequest(t, ts, testApp, "POST", "/apps/3/batch_events", nil, `{"batch":[{"name":"tick","channel":"news","data":"1"},{"name":"tick","channel":"cache-x","data":"1"}]}`)
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("batch with a cache channel past the budget: %d %s, want 503", status, body)
+	}
+	a.send(`{"event":"client-tick","channel":"private-cache-feed","data":{}}`)
+	if data := a.expectEvent("pusher:error", ""); !strings.Contains(data, "4302") || !strings.Contains(data, "memory") {
+		t.Fatalf("client event on a cache channel past the budget: %s", data)
+	}
+	if n := metric(t, ts.http, `rally_limit_refusals_total{limit="pusher_cache_memory"}`); n != 3 {
+		t.Errorf("pusher_cache_memory refusals = %v, want 3", n)
+	}
+
+	budget.Release(rally.MemoryHandshakes, fill)
+	a.subscribe(testApp, "presence-full", `{"user_id":"alice"}`)
+	a.expectEvent("pusher_internal:subscription_succeeded", "presence-full")
+	a.send(`{"event":"client-tick","channel":"private-cache-feed","data":{"n":1}}`)
+	if m := b.next(); !strings.Contains(m, `"client-tick"`) {
+		t.Fatalf("client event with room again: b got %s (nothing refused may have reached it)", m)
+	}
+	c := pusherDial(t, ts, testApp.Key)
+	c.subscribe(testApp, "private-cache-feed", "")
+	c.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
+	c.expectEvent("client-tick", "private-cache-feed")
 }
