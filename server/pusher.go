@@ -523,6 +523,7 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 		s.log.Warn("pusher client event: other nodes not reached", "err", err)
 	}
 	a.storeCache(m.Channel, b)
+	s.pusherCluster.tellCache(a.ID, m.Channel, b)
 	a.hook(hookEvent{Name: "client_event", Channel: m.Channel, Event: m.Event, Data: string(m.Data), SocketID: pc.socketID, UserID: user})
 }
 

@@ -210,6 +210,7 @@ func (s *Server) trigger(a *pusherApp, e *pusherEvent, frames []pusherFrameOf) {
 			s.log.Warn("pusher event: other nodes not reached", "err", err)
 		}
 		a.storeCache(ch, b)
+		s.pusherCluster.tellCache(a.ID, ch, b)
 	}
 }
 

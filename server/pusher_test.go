@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -644,4 +645,113 @@ func TestPusherRefusesMembersAndCachedEventsPastTheBudget(t *testing.T) {
 	c.subscribe(testApp, "private-cache-feed", "")
 	c.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
 	c.expectEvent("client-tick", "private-cache-feed")
+}
+
+// hookLog records the webhook events one node sends.
+type hookLog struct {
+	mu     sync.Mutex
+	events []hookEvent
+}
+
+func newHookLog(t *testing.T) (*hookLog, string) {
+	h := &hookLog{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Events []hookEvent }
+		json.NewDecoder(r.Body).Decode(&body)
+		h.mu.Lock()
+		h.events = append(h.events, body.Events...)
+		h.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return h, srv.URL
+}
+
+// count is how many events so far are name on channel (with event, for
+// client events).
+func (h *hookLog) count(name, channel, event string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.events {
+		if e.Name == name && e.Channel == channel && e.Event == event {
+			n++
+		}
+	}
+	return n
+}
+
+// await waits until the node has sent an event name on channel.
+func (h *hookLog) await(t *testing.T, name, channel, event string) {
+	t.Helper()
+	pollUntil(t, func() (bool, string) {
+		return h.count(name, channel, event) > 0, fmt.Sprintf("no %s %s %s webhook", name, channel, event)
+	})
+}
+
+// marker sends a client event from c and waits for its client_event
+// webhook from c's node: a node sends its webhooks in order, so any it
+// queued before (a duplicate, say) has arrived by then.
+func (h *hookLog) marker(t *testing.T, c *pusherClient, channel, event string) {
+	t.Helper()
+	c.send(`{"event":"` + event + `","channel":"` + channel + `","data":{}}`)
+	h.await(t, "client_event", channel, event)
+}
+
+// Two nodes, each with its own webhook URL: a client event's and a cache
+// miss's webhooks are sent once in the cluster, by the node where they
+// happened; a cache channel's last event triggered on one node is replayed
+// to a subscriber on the other, with no cache_miss.
+func TestPusherClientEventAndCacheMissWebhooksOncePerCluster(t *testing.T) {
+	hooksA, urlA := newHookLog(t)
+	hooksB, urlB := newHookLog(t)
+	appA, appB := testApp, testApp
+	appA.Webhooks, appB.Webhooks = []string{urlA}, []string{urlB}
+	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}, PusherApps: []PusherApp{appA}})
+	b := serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS.ClientURL()}, PusherApps: []PusherApp{appB}})
+	onA := pusherDial(t, a, testApp.Key)
+	onB := pusherDial(t, b, testApp.Key)
+	for _, c := range []*pusherClient{onA, onB} {
+		c.subscribe(testApp, "private-chat", "")
+		c.expectEvent("pusher_internal:subscription_succeeded", "private-chat")
+	}
+	// B's subscription is known on A once A's channel count has it (a
+	// node's subscription reaches NATS before its note).
+	pusherAwait(t, a, "/apps/3/channels/private-chat", url.Values{"info": {"subscription_count"}}, `"subscription_count":2`)
+
+	onA.send(`{"event":"client-hi","channel":"private-chat","data":{}}`)
+	onB.expectEvent("client-hi", "private-chat")
+	hooksA.await(t, "client_event", "private-chat", "client-hi")
+	hooksB.marker(t, onB, "private-chat", "client-mark-b")
+	onA.expectEvent("client-mark-b", "private-chat")
+	hooksA.marker(t, onA, "private-chat", "client-mark-a")
+	onB.expectEvent("client-mark-a", "private-chat")
+	if na, nb := hooksA.count("client_event", "private-chat", "client-hi"), hooksB.count("client_event", "private-chat", "client-hi"); na != 1 || nb != 0 {
+		t.Fatalf("client_event webhooks: %d from A (where it was sent), %d from B; want 1 and 0", na, nb)
+	}
+
+	onB.subscribe(testApp, "cache-none", "")
+	onB.expectEvent("pusher_internal:subscription_succeeded", "cache-none")
+	onB.expectEvent("pusher:cache_miss", "cache-none")
+	pusherAwait(t, a, "/apps/3/channels/cache-none", url.Values{"info": {"subscription_count"}}, `"subscription_count":1`)
+	hooksA.marker(t, onA, "private-chat", "client-mark-a2")
+	onB.expectEvent("client-mark-a2", "private-chat")
+	hooksB.marker(t, onB, "private-chat", "client-mark-b2")
+	if na, nb := hooksA.count("cache_miss", "cache-none", ""), hooksB.count("cache_miss", "cache-none", ""); na != 0 || nb != 1 {
+		t.Fatalf("cache_miss webhooks: %d from A, %d from B (where it was missed); want 0 and 1", na, nb)
+	}
+
+	// A cache channel with no subscriber anywhere: triggered on A, its
+	// event reaches B for B's first subscriber.
+	if status, body := apiRequest(t, a, testApp, "POST", "/apps/3/events", nil, `{"name":"price","channel":"cache-price","data":"42"}`); status != 200 {
+		t.Fatalf("trigger: %d %s", status, body)
+	}
+	// (The note that carries it may arrive after the trigger's answer.)
+	c := pusherDial(t, b, testApp.Key)
+	pollUntil(t, func() (bool, string) {
+		c.subscribe(testApp, "cache-price", "")
+		c.expectEvent("pusher_internal:subscription_succeeded", "cache-price")
+		ev, _, data := pusherRead(t, c.client)
+		c.send(`{"event":"pusher:unsubscribe","data":{"channel":"cache-price"}}`)
+		return ev == "price" && data == "42", "a subscriber on B got " + ev + " " + data + ", not the event cached on A"
+	})
 }
