@@ -37,16 +37,34 @@ const (
 // seconds: a client pings after that long without a message.
 const pusherActivityTimeout = 120
 
-// pusherConn is what the server keeps of one /app/{key} connection.
+// pusherConn is what the server keeps of one /app/{key} connection
+// (kept small: an idle connection is mostly this).
 type pusherConn struct {
 	app      *pusherApp
 	socketID string
-	refuse   int                  // pusher:error code to send on open, then close
-	reason   string               // its message
 	subs     smallmap.Map[string] // channel: user_id on presence channels (most have one)
 	user     string               // signed in user, or ""
-	tokens   float64              // client events left in the bucket
-	last     time.Time            // when tokens was counted
+	last     time.Duration        // when tokens was counted, since pusherEpoch
+	tokens   float32              // client events left in the bucket
+	refuse   uint16               // pusher:error code to send on open, then close
+}
+
+// pusherEpoch is the origin of pusherConn.last (monotonic).
+var pusherEpoch = time.Now()
+
+// refuseReason is the message of a pusher:error that refuses a connection.
+func refuseReason(code uint16) string {
+	switch code {
+	case pusherUnknownApp:
+		return "App key not in this cluster"
+	case pusherOverCapacity:
+		return "Over capacity: the server is full, retry later"
+	case pusherBadProtocol:
+		return "Unsupported protocol version"
+	case pusherOverQuota:
+		return "Application is over connection quota"
+	}
+	return "refused"
 }
 
 // pusherMsg is one message of the protocol.
@@ -69,17 +87,17 @@ func (s *Server) pusherAuthorize(r *http.Request) (any, *rally.Rejection) {
 	pc := &pusherConn{socketID: newSocketID()}
 	app := s.pusherKeys[r.PathValue("key")]
 	if app == nil {
-		pc.refuse, pc.reason = pusherUnknownApp, "App key "+r.PathValue("key")+" not in this cluster"
+		pc.refuse = pusherUnknownApp
 		return pc, nil
 	}
 	pc.app = app
-	pc.tokens, pc.last = app.ClientEventRate, time.Now()
+	pc.tokens, pc.last = float32(app.ClientEventRate), time.Since(pusherEpoch)
 	if r.Context().Value(overCapacity{}) != nil {
-		pc.refuse, pc.reason = pusherOverCapacity, "Over capacity: the server is full, retry later"
+		pc.refuse = pusherOverCapacity
 		return pc, nil
 	}
 	if p, err := strconv.Atoi(r.URL.Query().Get("protocol")); err != nil || p < 5 || p > 7 {
-		pc.refuse, pc.reason = pusherBadProtocol, "Unsupported protocol version"
+		pc.refuse = pusherBadProtocol
 	}
 	return pc, nil
 }
@@ -93,7 +111,7 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 		a := pc.app
 		a.mu.Lock()
 		if a.MaxConnections > 0 && a.conns >= a.MaxConnections {
-			pc.refuse, pc.reason = pusherOverQuota, "Application is over connection quota"
+			pc.refuse = pusherOverQuota
 		} else {
 			a.conns++
 			a.sockets[pc.socketID] = c
@@ -101,8 +119,8 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 		a.mu.Unlock()
 	}
 	if pc.refuse != 0 {
-		pusherError(c, pc.refuse, pc.reason)
-		c.Close(uint16(pc.refuse), pc.reason)
+		pusherError(c, int(pc.refuse), refuseReason(pc.refuse))
+		c.Close(pc.refuse, refuseReason(pc.refuse))
 		return
 	}
 	data, _ := json.Marshal(map[string]any{"socket_id": pc.socketID, "activity_timeout": pusherActivityTimeout})
@@ -501,8 +519,8 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 		pusherError(c, pusherGeneric, "client event on "+m.Channel+", a channel this connection is not subscribed to")
 		return
 	}
-	now := time.Now()
-	pc.tokens = min(a.ClientEventRate, pc.tokens+now.Sub(pc.last).Seconds()*a.ClientEventRate)
+	now := time.Since(pusherEpoch)
+	pc.tokens = float32(min(a.ClientEventRate, float64(pc.tokens)+(now-pc.last).Seconds()*a.ClientEventRate))
 	pc.last = now
 	if pc.tokens < 1 {
 		s.m.refusals.WithLabelValues("pusher_client_event_rate").Inc()
