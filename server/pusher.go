@@ -339,13 +339,14 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	}
 	topic := a.topic(d.Channel)
 	if err := s.hub.Subscribe(c, topic); err != nil {
-		if charged {
+		closed, noMemory := errors.Is(err, rally.ErrClosed), errors.Is(err, pubsub.ErrNoMemory)
+		if charged && (closed || noMemory) { // not subscribed: no member
 			a.mem().Release(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info))
 		}
 		switch {
-		case errors.Is(err, rally.ErrClosed):
+		case closed:
 			return
-		case errors.Is(err, pubsub.ErrNoMemory):
+		case noMemory:
 			s.m.refusals.WithLabelValues("subscriptions_memory").Inc()
 			pusherSubscriptionError(c, d.Channel, "LimitReached", "the server's memory budget has no room for another subscription", 503)
 			return
