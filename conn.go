@@ -36,8 +36,6 @@ type Conn struct {
 	cb callbackState
 	dl deadlineWatch
 	x  atomic.Pointer[connExtras] // made by the first use of one of its parts
-
-	stepFn func() bool // c.flushStep, made once
 }
 
 // readSide is the state of receiving, owned by the goroutine that holds

@@ -742,7 +742,7 @@ func (l *loop) writable(t *loopTransport) {
 	var werr error
 	for c.wr.err == nil && q.queued() > 0 {
 		g := q.gatherLent()
-		n, err := t.writeNow(*g)
+		n, err := t.tryWritev(*g)
 		putGather(g)
 		if err != nil {
 			werr = err
@@ -924,26 +924,13 @@ func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
 	return n, err
 }
 
-func (t *loopTransport) writeNow(bufs [][]byte) (int, error) { return t.tryWritev(bufs) }
-
-// flushQueue is not used: the loop writes the queue when the socket is
-// writable (flushLater arms it).
-func (t *loopTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) {
-	return false, nil
-}
-
-func (t *loopTransport) write([]byte) (int, error) {
-	panic("rally: a loop transport is written by its loop")
-}
-
 func (t *loopTransport) canTry() bool       { return true }
 func (t *loopTransport) resumable() bool    { return true }
 func (t *loopTransport) aheadOfKernel() int { return 0 }
-func (t *loopTransport) flushBacklog()      {}
 
 // read reads into the loop's buffer, at most loopReadsPerEvent times per
 // readiness event; errLoopDry says there is nothing more for now.
-func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
+func (t *loopTransport) read(*[]byte, int) (*[]byte, int, error) {
 	if t.held != nil {
 		// What the connection was left with when it yielded is used up.
 		bufpool.Put(t.held)
@@ -970,17 +957,18 @@ func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
 	return &t.l.buf, n, nil
 }
 
-// flushLater asks the loop to write the queue when the socket is
-// writable. The caller holds the connection's write lock.
-func (t *loopTransport) flushLater() bool {
+// flush asks the loop to write the queue when the socket is writable
+// (writable), and reports later: no goroutine waits for it, whatever
+// wait says. The caller holds the connection's write lock.
+func (t *loopTransport) flush(*sync.Mutex, outbox, bool) (bool, error) {
 	if t.armed || t.fd < 0 {
-		return true
+		return true, nil
 	}
 	t.armed = true
 	if t.registered {
 		t.l.p.Mod(t.fd, t.tag, !t.muted, true)
 	}
-	return true
+	return true, nil
 }
 
 func (t *loopTransport) disarmLocked() {

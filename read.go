@@ -341,20 +341,19 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 // connection waiting for data on a socket holds none.
 func (c *Conn) fill() error {
 	c.rd.in = nil
-	if st, ok := c.t.(*socketTransport); ok {
-		st.rsize = c.rd.p.readSize() // whole large frames per read (readsize.go)
-	}
-	buf, n, err := c.t.read(c.rd.buf)
+	// Whole large frames per read, where the transport can (readsize.go).
+	buf, n, err := c.t.read(c.rd.buf, c.rd.p.readSize())
 	c.rd.buf = buf
 	if err != nil {
 		return err
 	}
 	c.rd.in = (*buf)[:n]
-	if tt, ok := c.t.(*tlsTransport); ok && tt.s.backlogged() {
-		// The read made crypto/tls write (an alert, a KeyUpdate reply).
+	if b, ok := c.t.(backlogWriter); ok && b.backlogged() {
+		// The read made the transport write (TLS: an alert, a KeyUpdate
+		// reply).
 		c.wr.mu.Lock()
 		if !c.wr.flushing {
-			tt.flushBacklog()
+			b.flushBacklog()
 		}
 		c.wr.mu.Unlock()
 	}

@@ -184,15 +184,14 @@ func (c *Conn) closedLocked() error {
 // remains to a flushing goroutine. If ctx ends meanwhile, the write
 // deadline cuts the wait. Called with the write lock held; releases it.
 func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
-	if c.t.flushLater() {
-		// The transport writes the queue itself (an event loop): wait for it.
-		c.wr.flushing = true
-		c.armStallLocked()
+	c.wr.flushing = true
+	c.armStallLocked()
+	if later, _ := c.t.flush(&c.wr.mu, c, false); later {
+		// The transport's owner writes the queue (an event loop): wait
+		// for it.
 		c.unlockWrite()
 		return c.waitFlushed(ctx, seq)
 	}
-	c.wr.flushing = true
-	c.armStallLocked()
 	c.wr.mu.Unlock()
 	watched := c.watchWrite(ctx)
 	c.wr.mu.Lock()
