@@ -398,7 +398,9 @@ func (l *loop) run(started chan<- struct{}) {
 	l.g = currentG()
 	l.buf = make([]byte, loopReadSize)
 	setRunning(l, true)
+	l.taskMu.Lock() // the watchdog reads l.watch under it, and may fire before this returns
 	l.watch = time.AfterFunc(loopWatchdog, l.watchdog)
+	l.taskMu.Unlock()
 	l.sweepEvery = loopSweep
 	close(started)
 	defer func() {
