@@ -208,8 +208,9 @@ func loopOfG(g uintptr) *loop {
 	return nil
 }
 
-// onLoop reports whether the caller runs on an event loop's goroutine.
-func onLoop() bool { return loopOfG(currentG()) != nil }
+// mayWait reports whether the calling goroutine may wait for a peer: not
+// an event loop's, whose other connections would wait with it.
+func mayWait() bool { return loopOfG(currentG()) == nil }
 
 func setRunning(l *loop, on bool) {
 	running.mu.Lock()
@@ -305,10 +306,9 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	t.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
 	c.nc = t
-	c.rd.loop = true
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
-	c.rd.sem = nil
+	c.drive()
 	c.keepaliveToLoop(t)
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
