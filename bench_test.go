@@ -188,7 +188,7 @@ func BenchmarkServerHandler(b *testing.B) {
 // messages of size bytes, which a goroutine writes to peer as frames over
 // and over.
 func benchmarkServe(b *testing.B, c *Conn, peer net.Conn, size int, frames []byte) {
-	c.rd.served = true
+	c.drive()
 	done := make(chan struct{})
 	n := 0
 	s := &Server{Message: func(c *Conn, typ MessageType, p []byte) {
@@ -246,7 +246,7 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 		for range n {
 			nc, peer := socketPairFD(b)
 			c := newConn(nc, nil, true, "", nil)
-			c.rd.served = true
+			c.drive()
 			go c.serve(s)
 			conns = append(conns, c)
 			peers = append(peers, peer)

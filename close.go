@@ -40,7 +40,9 @@ func (c *Conn) Close(code uint16, reason string) error {
 	if err != nil {
 		return fmt.Errorf("rally: close: %w", err)
 	}
-	reader := c.rd.served || c.onReadingGoroutine() || onLoop()
+	// Whoever reads the connection sees the peer's answer: its Server,
+	// or this goroutine if it is the reader (a hook calling back in).
+	reader := c.driven() || c.onReadingGoroutine() || !mayWait()
 	callback := reader || c.inCallbackCork()
 	sent := c.queueClose(payload, !callback)
 	if !sent && c.isDone() {

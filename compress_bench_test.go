@@ -185,7 +185,7 @@ func BenchmarkIdleCompressedConnMemory(b *testing.B) {
 					if _, err := syscall.Write(peer, in); err != nil {
 						b.Fatal(err)
 					}
-					c.rd.served = true
+					c.drive()
 					go c.serve(s)
 					conns = append(conns, c)
 					peers = append(peers, peer)

@@ -17,8 +17,7 @@ import (
 // and Close may be called concurrently, and frames leave in the order the
 // calls were accepted. Reading (Read, ReadAppend, Reader) is for one
 // goroutine at a time; a second concurrent reader waits for the first. A
-// Conn served by a Server is read by the Server; its callbacks must not
-// call the read methods.
+// Conn served by a Server is read by the Server; the read methods refuse.
 type Conn struct {
 	nc     net.Conn
 	t      transport
@@ -36,14 +35,12 @@ type Conn struct {
 	cb callbackState
 	dl deadlineWatch
 	x  atomic.Pointer[connExtras] // made by the first use of one of its parts
-
-	stepFn func() bool // c.flushStep, made once
 }
 
 // readSide is the state of receiving, owned by the goroutine that holds
 // sem (a Read call, or a Server's goroutine for the connection).
 type readSide struct {
-	sem  chan struct{}  // nil on an event loop's connection, whose loop reads it
+	sem  chan struct{}  // nil once a Server reads the connection (see driven)
 	g    atomic.Uintptr // the goroutine holding sem (see goroutine.go)
 	p    parser
 	in   []byte  // unconsumed input: a slice of buf or of the handshake leftovers
@@ -55,9 +52,8 @@ type readSide struct {
 
 	ended  bool // the end was delivered to a read method
 	linger bool // the read side ended with a close frame; TCP still to wind down
-	batch  bool // a Server's read batch is corked
-	served bool // a Server's goroutine owns the read side
-	loop   bool // an event loop owns the read side (Server.EventLoop)
+	batch  bool // the read batch is corked
+	corks  bool // the reader corks each read batch (a Server's goroutine)
 }
 
 // writeSide is the state of sending, guarded by mu. mu is held only for

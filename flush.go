@@ -114,17 +114,15 @@ func (c *Conn) kickLocked(inline bool) {
 	}
 }
 
-// startFlusher starts the goroutine that writes the queue while the
-// transport is not taking it at once. It exists only while the queue is
-// non-empty.
-//
-// A transport that writes the queue itself (flushLater: an event loop's
-// socket, written when it becomes writable) gets no flushing goroutine;
-// wr.flushing then says that the transport will write.
+// startFlusher has the queue written while the transport is not taking
+// it at once: by the transport's owner, for a transport that writes it
+// when it becomes writable (an event loop's socket, see transport.flush),
+// else by a flushing goroutine that exists only while the queue is
+// non-empty. wr.flushing says that one of them writes.
 func (c *Conn) startFlusher() {
 	c.wr.flushing = true
 	c.armStallLocked()
-	if c.t.flushLater() {
+	if later, _ := c.t.flush(&c.wr.mu, c, false); later {
 		return
 	}
 	m := c.wr.moreLocked()
@@ -172,57 +170,25 @@ func (c *Conn) flushLoop() {
 const streamChunk = 64 << 10
 
 // writeSomeLocked moves queued bytes to the transport, waiting until it
-// takes some: on a socket, until the queue is empty, or frame until has
-// left (until > 0), or completions are due (until == 0); on a stream, one
-// chunk. The flusher calls it with the write lock held and gets it back
-// held; the lock is released while it waits. It returns the transport's
-// error.
-//
-// On a socket, each attempt is a non-blocking write made under the write
-// lock inside the socket's write callback, so the lock order there is the
-// socket's write lock, then the connection's. That is safe because nothing
-// else writes to the socket while wr.flushing is set: every direct write
-// (tryWrite) checks it under the write lock first.
+// takes some (transport.flush): on a socket, until the queue is empty, or
+// frame until has left (until > 0), or completions are due (until == 0);
+// on a stream, one chunk. The flusher calls it with the write lock held
+// and gets it back held; the lock is released while it waits. It returns
+// the transport's error.
 func (c *Conn) writeSomeLocked(until uint64) error {
-	q := &c.wr.q
-	c.wr.moreLocked().until = until
-	c.wr.mu.Unlock()
-	if c.stepFn == nil {
-		c.stepFn = c.flushStep
+	m := c.wr.moreLocked()
+	m.until = until
+	_, err := c.t.flush(&c.wr.mu, c, true)
+	if err == nil {
+		err = m.stepErr
 	}
-	ok, err := c.t.flushQueue(&c.wr.mu, c.stepFn)
-	c.wr.mu.Lock()
-	if ok {
-		if err == nil {
-			err = c.wr.more.stepErr
-		}
-		c.wr.more.stepErr = nil
-		return err
-	}
-	p := q.segment()
-	if len(p) > streamChunk {
-		p = p[:streamChunk]
-	}
-	q.busy = q.head + len(p)
-	c.wr.mu.Unlock()
-	n, err := c.t.write(p)
-	c.wr.mu.Lock()
-	q.busy = 0
-	if c.wr.err != nil {
-		// The queue failed meanwhile (CloseNow): what was written is moot.
-		q.releaseIfEmpty()
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	c.advanceLocked(n)
-	return nil
+	m.stepErr = nil
+	return err
 }
 
-// flushStep is one attempt of a socket's flush, under the write lock (see
-// writeSomeLocked). It reports whether to stop; false waits for the socket
-// to become writable.
+// flushStep is one attempt of a non-blocking transport's flush, under the
+// write lock (see transport.flush). It reports whether to stop; false
+// waits for the transport to become writable.
 func (c *Conn) flushStep() bool {
 	q := &c.wr.q
 	for {
@@ -233,7 +199,7 @@ func (c *Conn) flushStep() bool {
 			return true
 		}
 		g := q.gatherLent()
-		n, err := c.t.writeNow(*g)
+		n, err := c.t.tryWritev(*g)
 		putGather(g)
 		if err != nil {
 			c.wr.more.stepErr = err
@@ -248,6 +214,34 @@ func (c *Conn) flushStep() bool {
 			return true
 		}
 	}
+}
+
+// claimSegment is the next chunk of the queue for a blocking transport's
+// write, kept still until wroteSegment (sendQueue invariant 8).
+func (c *Conn) claimSegment() []byte {
+	q := &c.wr.q
+	p := q.segment()
+	if len(p) > streamChunk {
+		p = p[:streamChunk]
+	}
+	q.busy = q.head + len(p)
+	return p
+}
+
+// wroteSegment records the blocking write of the claimed chunk.
+func (c *Conn) wroteSegment(n int, err error) error {
+	q := &c.wr.q
+	q.busy = 0
+	if c.wr.err != nil {
+		// The queue failed meanwhile (CloseNow): what was written is moot.
+		q.releaseIfEmpty()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.advanceLocked(n)
+	return nil
 }
 
 // advanceLocked records that the transport took n more bytes of the queue.

@@ -1,6 +1,9 @@
 package rally
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // WriteCounter counts the write attempts a connection makes on its
 // transport: every non-blocking try, every gathered write of a flush, every
@@ -46,18 +49,25 @@ func (w *WriteCounter) tryWritev(bufs [][]byte) (int, error) {
 	return n, err
 }
 
-func (w *WriteCounter) writeNow(bufs [][]byte) (int, error) {
-	w.calls.Add(1)
-	n, err := w.transport.writeNow(bufs)
-	w.count(n)
-	return n, err
+// flush counts the blocking writes of a transport that makes them (a
+// stream); a socket's attempts inside it go through tryWritev.
+func (w *WriteCounter) flush(lock *sync.Mutex, out outbox, wait bool) (bool, error) {
+	return w.transport.flush(lock, countedOutbox{out, w}, wait)
 }
 
-func (w *WriteCounter) write(p []byte) (int, error) {
-	w.calls.Add(1)
-	w.writing.Store(true)
-	n, err := w.transport.write(p)
-	w.writing.Store(false)
-	w.count(n)
-	return n, err
+type countedOutbox struct {
+	outbox
+	w *WriteCounter
+}
+
+func (o countedOutbox) claimSegment() []byte {
+	o.w.calls.Add(1)
+	o.w.writing.Store(true)
+	return o.outbox.claimSegment()
+}
+
+func (o countedOutbox) wroteSegment(n int, err error) error {
+	o.w.writing.Store(false)
+	o.w.count(n)
+	return o.outbox.wroteSegment(n, err)
 }

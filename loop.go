@@ -21,7 +21,3 @@ var errLoopDry = errors.New("rally: nothing more to read for now")
 // errLoopRead is the answer to Read, ReadAppend and Reader on a connection
 // an event loop drives.
 var errLoopRead = errors.New("rally: read: this connection is driven by an event loop (Server.EventLoop): its messages reach Server.Message")
-
-// errLoopLimit is a Write on an event loop's goroutine refused by the send
-// buffer limit (a Send would report Dropped).
-var errLoopLimit = errors.New("rally: write: the send buffer limit was reached (the message was not sent)")

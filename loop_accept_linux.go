@@ -272,7 +272,6 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 	}
 	c.setData(n.data)
 	s := h.srv
-	c.rd.served = true
 	if !s.set.commit(c) {
 		// Shutdown began during the handshake.
 		c.closeWithCode(CloseGoingAway, "server shutting down")
@@ -287,8 +286,7 @@ func (c *Conn) useLoopTransport(t *loopTransport) {
 	t.c = c
 	c.t = t
 	c.nc = t
-	c.rd.loop = true
-	c.rd.sem = nil // only the loop reads
+	c.drive() // only the loop reads
 	c.wr.mu.Lock()
 	c.keepaliveToLoop(t)
 	c.wr.mu.Unlock()

@@ -24,7 +24,7 @@ func adoptPair(tb testing.TB, s *Server, bare bool) (*Conn, net.Conn, int) {
 		nc, peer = socketPair(tb)
 	}
 	c := newConn(nc, nil, true, "", nil)
-	c.rd.served = true
+	c.drive()
 	s.set.begin()
 	if !s.set.commit(c) {
 		tb.Fatal("server shut down")
@@ -74,7 +74,7 @@ func benchmarkLoopIdle(b *testing.B, opts *ConnOptions) {
 			b.Fatal(err)
 		}
 		c := newConn(nc, nil, true, "", opts)
-		c.rd.served = true
+		c.drive()
 		s.set.begin()
 		s.set.commit(c)
 		if !s.loops.adopt(s, c) {
@@ -199,7 +199,7 @@ func benchmarkChat(b *testing.B, loop bool) {
 		}
 		nc, peer := socketPair(b)
 		c := newConn(nc, nil, true, "", nil)
-		c.rd.served = true
+		c.drive()
 		s.set.begin()
 		s.set.commit(c)
 		go c.serve(s)

@@ -208,8 +208,9 @@ func loopOfG(g uintptr) *loop {
 	return nil
 }
 
-// onLoop reports whether the caller runs on an event loop's goroutine.
-func onLoop() bool { return loopOfG(currentG()) != nil }
+// mayWait reports whether the calling goroutine may wait for a peer: not
+// an event loop's, whose other connections would wait with it.
+func mayWait() bool { return loopOfG(currentG()) == nil }
 
 func setRunning(l *loop, on bool) {
 	running.mu.Lock()
@@ -314,10 +315,9 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 	t.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
 	c.nc = t
-	c.rd.loop = true
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
-	c.rd.sem = nil
+	c.drive()
 	c.keepaliveToLoop(t)
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
@@ -407,7 +407,9 @@ func (l *loop) run(started chan<- struct{}) {
 	l.g = currentG()
 	l.buf = make([]byte, loopReadSize)
 	setRunning(l, true)
+	l.taskMu.Lock() // the watchdog reads l.watch under it, and may fire before this returns
 	l.watch = time.AfterFunc(loopWatchdog, l.watchdog)
+	l.taskMu.Unlock()
 	l.sweepEvery = loopSweep
 	close(started)
 	defer func() {
@@ -753,7 +755,7 @@ func (l *loop) writable(t *loopTransport) {
 	var werr error
 	for c.wr.err == nil && q.queued() > 0 {
 		g := q.gatherLent()
-		n, err := c.t.writeNow(*g) // the connection's: TLS encrypts first
+		n, err := c.t.tryWritev(*g) // the connection's: TLS encrypts first
 		putGather(g)
 		if err != nil {
 			werr = err
@@ -935,26 +937,13 @@ func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
 	return n, err
 }
 
-func (t *loopTransport) writeNow(bufs [][]byte) (int, error) { return t.tryWritev(bufs) }
-
-// flushQueue is not used: the loop writes the queue when the socket is
-// writable (flushLater arms it).
-func (t *loopTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) {
-	return false, nil
-}
-
-func (t *loopTransport) write([]byte) (int, error) {
-	panic("rally: a loop transport is written by its loop")
-}
-
 func (t *loopTransport) canTry() bool       { return true }
 func (t *loopTransport) resumable() bool    { return true }
 func (t *loopTransport) aheadOfKernel() int { return 0 }
-func (t *loopTransport) flushBacklog()      {}
 
 // read reads into the loop's buffer, at most loopReadsPerEvent times per
 // readiness event; errLoopDry says there is nothing more for now.
-func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
+func (t *loopTransport) read(*[]byte, int) (*[]byte, int, error) {
 	if t.held != nil {
 		// What the connection was left with when it yielded is used up.
 		bufpool.Put(t.held)
@@ -981,17 +970,18 @@ func (t *loopTransport) read(*[]byte) (*[]byte, int, error) {
 	return &t.l.buf, n, nil
 }
 
-// flushLater asks the loop to write the queue when the socket is
-// writable. The caller holds the connection's write lock.
-func (t *loopTransport) flushLater() bool {
+// flush asks the loop to write the queue when the socket is writable
+// (writable), and reports later: no goroutine waits for it, whatever
+// wait says. The caller holds the connection's write lock.
+func (t *loopTransport) flush(*sync.Mutex, outbox, bool) (bool, error) {
 	if t.armed || t.fd < 0 {
-		return true
+		return true, nil
 	}
 	t.armed = true
 	if t.registered {
 		t.l.p.Mod(t.fd, t.tag, !t.muted, true)
 	}
-	return true
+	return true, nil
 }
 
 func (t *loopTransport) disarmLocked() {

@@ -12,8 +12,8 @@ func (g *loopGroup) adopt(*Server, *Conn) bool { return false }
 // gatherLocked reports false: no loop turn gathers sends.
 func (c *Conn) gatherLocked(uintptr) bool { return false }
 
-// onLoop reports false: there are no loops.
-func onLoop() bool { return false }
+// mayWait reports true: there are no event loops.
+func mayWait() bool { return true }
 
 // loopWriteCalls is 0: no event loop runs here.
 func loopWriteCalls() uint64 { return 0 }

@@ -105,8 +105,7 @@ func (c *Conn) toLoopTLS(tt *tlsTransport, l *loop) bool {
 	tt.s.rc = loopFd{lt}
 	c.t = &loopTLSTransport{loopTransport: lt, tt: tt}
 	c.nc = lt // closing is the loop's: no close_notify, as tlsSocket.Close in engine mode
-	c.rd.loop = true
-	c.rd.sem = nil
+	c.drive()
 	c.keepaliveToLoop(lt)
 	c.wr.mu.Unlock()
 	orig.Close() // the duplicate keeps the socket
@@ -136,8 +135,6 @@ func (t *loopTLSTransport) tryWritev(bufs [][]byte) (int, error) {
 	return n, err
 }
 
-func (t *loopTLSTransport) writeNow(bufs [][]byte) (int, error) { return t.tryWritev(bufs) }
-
 // dropScratch gives back the buffer a small frame was assembled in for
 // its one record: an idle connection holds none.
 func (t *loopTLSTransport) dropScratch() {
@@ -149,16 +146,10 @@ func (t *loopTLSTransport) dropScratch() {
 
 func (t *loopTLSTransport) aheadOfKernel() int { return t.tt.aheadOfKernel() }
 
-func (t *loopTLSTransport) flushBacklog() {
-	if t.fd >= 0 {
-		t.tt.flushBacklog()
-	}
-}
-
 // read decrypts what the socket has into the loop's buffer, as many
 // records as fit, at most loopReadsPerEvent times per readiness event;
 // errLoopDry says there is nothing more for now.
-func (t *loopTLSTransport) read(*[]byte) (*[]byte, int, error) {
+func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 	lt := t.loopTransport
 	if lt.held != nil {
 		bufpool.Put(lt.held) // see loopTransport.read

@@ -27,7 +27,7 @@ const readBufferSize = 32 << 10
 // If ctx ends first, Read returns ctx.Err() and the connection stays usable:
 // a message that was arriving is kept, and the next Read goes on with it.
 // Read is not for concurrent use: a second reader waits for the first.
-// On a connection a Server serves (goroutine or event-loop mode) Read and
+// On a connection a Server serves (with or without EventLoop) Read and
 // the other read methods return an error at once: the Server reads it.
 func (c *Conn) Read(ctx context.Context) (MessageType, []byte, error) {
 	return c.readMessage(ctx, nil, true)
@@ -212,15 +212,22 @@ func (c *Conn) skipReader(ctx context.Context) error {
 }
 
 // errServedRead is a read method called on a connection a Server reads.
-var errServedRead = errors.New("rally: read: this connection is read by its Server: its messages reach Server.Message")
+var errServedRead = errors.New("rally: read: this connection is read by its Server (on a goroutine or an event loop): its messages reach Server.Message")
+
+// driven reports whether the connection's reads are driven by its Server
+// (a goroutine of the Server's, or an event loop), which reads without
+// the read lock: the read methods refuse, and whoever drives the reads
+// sees the peer's close.
+func (c *Conn) driven() bool { return c.rd.sem == nil }
+
+// drive hands the read side to a Server, which reads without the read
+// lock from now on (see driven). Called before anyone else has c.
+func (c *Conn) drive() { c.rd.sem = nil }
 
 // lockRead takes the read side for the calling goroutine. A connection a
-// Server reads refuses at once, in both modes.
+// Server reads refuses at once, whoever drives its reads.
 func (c *Conn) lockRead(ctx context.Context) error {
-	if c.rd.loop {
-		return errLoopRead
-	}
-	if c.rd.served {
+	if c.driven() {
 		return errServedRead
 	}
 	select {
@@ -274,9 +281,9 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				// its turn.
 				return event{}, c.endRead(c.ioEnd(net.ErrClosed), false)
 			}
-			if c.rd.loop && c.loopYield() {
-				// The connection inflated its share of the loop's turn:
-				// the loop comes back to it after the others.
+			if c.loopYield() {
+				// The connection inflated its share of an event loop's
+				// turn: the loop comes back to it after the others.
 				return event{}, errLoopDry
 			}
 			// Pieces of a compressed message come before more input: they
@@ -286,9 +293,7 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				return event{}, err
 			}
 			if ok {
-				if c.rd.loop {
-					c.loopInflated(len(ev.payload))
-				}
+				c.loopInflated(len(ev.payload))
 				return ev, nil
 			}
 		}
@@ -310,8 +315,8 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				}
 				return event{}, c.endRead(c.ioEnd(err), false)
 			}
-			if c.rd.served && !c.rd.loop {
-				// (A loop's turn is a cork of its own.)
+			if c.rd.corks {
+				// What the batch's callbacks send leaves at its end.
 				c.corkBegin()
 				c.rd.batch = true
 			}
@@ -341,20 +346,19 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 // connection waiting for data on a socket holds none.
 func (c *Conn) fill() error {
 	c.rd.in = nil
-	if st, ok := c.t.(*socketTransport); ok {
-		st.rsize = c.rd.p.readSize() // whole large frames per read (readsize.go)
-	}
-	buf, n, err := c.t.read(c.rd.buf)
+	// Whole large frames per read, where the transport can (readsize.go).
+	buf, n, err := c.t.read(c.rd.buf, c.rd.p.readSize())
 	c.rd.buf = buf
 	if err != nil {
 		return err
 	}
 	c.rd.in = (*buf)[:n]
-	if tt, ok := c.t.(*tlsTransport); ok && tt.s.backlogged() {
-		// The read made crypto/tls write (an alert, a KeyUpdate reply).
+	if b, ok := c.t.(backlogWriter); ok && b.backlogged() {
+		// The read made the transport write (TLS: an alert, a KeyUpdate
+		// reply).
 		c.wr.mu.Lock()
 		if !c.wr.flushing {
-			tt.flushBacklog()
+			b.flushBacklog()
 		}
 		c.wr.mu.Unlock()
 	}

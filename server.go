@@ -75,12 +75,12 @@ type Server struct {
 	// logs a callback that blocks it for more than a second). So, on a
 	// loop goroutine, Write, WriteCompress and Ping do not wait for the
 	// kernel: they accept the frame, which leaves in order after the
-	// turn, and return nil, or return the error that kept it out (the
-	// connection is closed, or the send buffer limit was reached, which
-	// a Send reports as Dropped); use SendDone to learn when a frame
-	// reached the kernel, or that it never will. Close sends and returns,
-	// as from any callback. Read, ReadAppend and Reader return an error
-	// on a loop-driven connection: its messages reach Message. A Writer
+	// turn, and return nil, or return the error that kept it out (see
+	// Conn.Write); use SendDone to learn when a frame reached the
+	// kernel, or that it never will. Close sends and returns, as from
+	// any callback, with or without EventLoop. Read,
+	// ReadAppend and Reader return an error on a connection a Server
+	// reads, with or without EventLoop: its messages reach Message. A Writer
 	// opened on the loop waits while another goroutine's Writer streams
 	// on the same connection: do not stream from the loop to a
 	// connection other goroutines stream to.
@@ -162,7 +162,7 @@ var testEventLoop bool
 // of its own (an HTTP/2 stream: on the handler's, which must not return
 // before the stream ends).
 func (s *Server) start(c *Conn, h2 bool) {
-	c.rd.served = true
+	c.drive()
 	if !s.set.commit(c) {
 		// Shutdown began during the handshake.
 		c.closeWithCode(CloseGoingAway, "server shutting down")
@@ -269,7 +269,9 @@ func (s *Server) closeListeners() {
 
 // serve is a served connection's reading goroutine.
 func (c *Conn) serve(s *Server) {
-	c.rd.sem <- struct{}{}
+	// A Server's goroutine reads the connection in batches, each corked
+	// (an event loop's turn is a cork of its own).
+	c.rd.corks = true
 	c.rd.g.Store(currentG())
 	if s.Open != nil {
 		// What Open sends leaves in one write.
@@ -299,7 +301,6 @@ func (c *Conn) serve(s *Server) {
 	}
 	c.releaseReadBuffer()
 	c.rd.g.Store(0)
-	<-c.rd.sem
 	<-c.Done()
 	if s.Close != nil {
 		c.callClose(s.Close, c.cl.final)

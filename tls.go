@@ -331,7 +331,12 @@ func (t *tlsTransport) tryWrite(a, b []byte) (int, error) {
 	return t.confirm(), nil
 }
 
-func (t *tlsTransport) write(p []byte) (int, error) {
+// tlsBlocking is a tlsTransport's blocking write, the io.Writer of its
+// flush: it returns once some of p is all in the kernel.
+type tlsBlocking tlsTransport
+
+func (b *tlsBlocking) Write(p []byte) (int, error) {
+	t := (*tlsTransport)(b)
 	for {
 		t.s.mu.Lock()
 		idle := t.s.backlogLocked() == 0
@@ -351,9 +356,14 @@ func (t *tlsTransport) write(p []byte) (int, error) {
 	}
 }
 
-func (t *tlsTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
-
-func (t *tlsTransport) writeNow([][]byte) (int, error) { return 0, nil }
+// flush writes one chunk of the queue with a blocking write (tlsBlocking),
+// outside the lock.
+func (t *tlsTransport) flush(lock *sync.Mutex, out outbox, wait bool) (bool, error) {
+	if !wait {
+		return false, nil
+	}
+	return false, writeSegment(lock, out, (*tlsBlocking)(t))
+}
 
 // tryWritev hands crypto/tls the first two slices: it encrypts what it is
 // given into records, so a longer gather would save no system call.
@@ -369,8 +379,6 @@ func (t *tlsTransport) tryWritev(bufs [][]byte) (int, error) {
 
 func (t *tlsTransport) canTry() bool { return true }
 
-func (t *tlsTransport) flushLater() bool { return false }
-
 // resumable: crypto/tls never saw the deadline (the socket's Write does not
 // fail), so a cut wait leaves the stream whole.
 func (t *tlsTransport) resumable() bool { return true }
@@ -378,6 +386,10 @@ func (t *tlsTransport) resumable() bool { return true }
 // aheadOfKernel is plaintext crypto/tls has whose ciphertext is not all
 // in the kernel: the queue treats those bytes as started.
 func (t *tlsTransport) aheadOfKernel() int { return t.ahead }
+
+// backlogged reports whether ciphertext waits for the kernel (see
+// backlogWriter).
+func (t *tlsTransport) backlogged() bool { return t.s.backlogged() }
 
 // flushBacklog writes, without waiting, ciphertext that a read made
 // crypto/tls produce (an alert, a KeyUpdate reply). The connection calls it
@@ -388,7 +400,7 @@ func (t *tlsTransport) flushBacklog() {
 	}
 }
 
-func (t *tlsTransport) read(buf *[]byte) (*[]byte, int, error) {
+func (t *tlsTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
 	t.rbuf = buf
 	t.rn, t.rerr = 0, nil
 	err := t.s.rc.Read(t.readF)

@@ -34,71 +34,92 @@ var errAgain = errors.New("rally: would block")
 //     between the loop's socket and the engine.
 //
 // Lock order: tryWrite runs under the connection's write lock and takes
-// the socket's write lock inside RawConn.Write; flushQueue takes them the
-// other way round (the write lock inside the socket's callback, so that a
-// pong can go in between queued frames while it waits). That is safe
-// because only one of them runs at a time: tryWrite is called only while
-// no flusher runs (writeSide.flushing, checked under the write lock). A
-// stream's write runs with no lock, on bytes the queue keeps still
-// (sendQueue invariant 8).
+// the socket's write lock inside RawConn.Write; a socket's flush takes them
+// the other way round (the write lock inside the socket's callback, so
+// that a pong can go in between queued frames while it waits). That is
+// safe because only one of them runs at a time: tryWrite is called only
+// while no flusher runs (writeSide.flushing, checked under the write
+// lock), or from inside flush's own callback. A stream's blocking write
+// runs with no lock, on bytes the queue keeps still (sendQueue invariant
+// 8).
 type transport interface {
 	// tryWrite writes what the transport takes at once of a then b,
 	// without blocking, and returns how many bytes it took: 0 with a nil
 	// error when it takes nothing now (backpressure, or a transport that
-	// cannot try).
+	// cannot write without blocking: see canTry).
 	tryWrite(a, b []byte) (int, error)
 
 	// tryWritev is tryWrite for the slices of a gathered queue (at most
 	// iovMax): one system call where the transport can make it.
 	tryWritev(bufs [][]byte) (int, error)
 
-	// write blocks until it has written some of p (all of it, for a
-	// stream) or failed; it is used only where flushQueue reports false. An error caused by an expired write deadline
-	// leaves the stream intact when resumable reports true.
-	write(p []byte) (int, error)
-
 	// canTry reports whether tryWrite really offers bytes to the kernel: a
-	// transport that cannot write without possibly blocking takes nothing
-	// from it, which says nothing of backpressure.
+	// transport that cannot write without possibly blocking (a stream)
+	// takes nothing from it, which says nothing of backpressure.
 	canTry() bool
+
+	// flush has what out holds written once tryWrite took less than all
+	// of it: the one way the queue's rest reaches the transport. Called
+	// with lock (the connection's write lock) held; returns with it held.
+	//
+	// A transport whose owner writes the queue when it becomes writable
+	// (an event loop's socket) arranges that and reports later, at once,
+	// whatever wait says: no goroutine waits for it. Any other transport
+	// needs a goroutine that may wait: without wait it does nothing and
+	// reports later false (the caller then starts a flushing goroutine,
+	// or writes on its own); with wait it writes on the calling goroutine,
+	// releasing lock while it waits for the transport, until out says stop
+	// (a socket: non-blocking attempts, out.flushStep, each time it is
+	// writable) or one chunk has gone (a stream: a blocking write of
+	// out.claimSegment).
+	flush(lock *sync.Mutex, out outbox, wait bool) (later bool, err error)
 
 	// resumable reports whether a write cut short by a deadline can be
 	// resumed later (a socket: each system call is whole) or has left the
-	// stream in an unknown state (TLS latches the error).
+	// stream in an unknown state (TLS made elsewhere latches the error).
 	resumable() bool
-
-	// flushQueue writes a queue as the transport becomes writable: it
-	// calls step with lock held for each attempt (step writes with
-	// writeNow and reports whether to stop; false waits for writability).
-	// It reports false, doing nothing, when the transport has no
-	// non-blocking write: the caller then uses write, outside the lock.
-	flushQueue(lock *sync.Mutex, step func() bool) (bool, error)
-
-	// writeNow is a non-blocking gathered write, valid only inside
-	// flushQueue's step: (0, nil) when the kernel takes nothing now.
-	writeNow(bufs [][]byte) (int, error)
 
 	// aheadOfKernel is how many bytes at the head of what the transport
 	// was last given it holds without the kernel having taken them (TLS:
-	// encrypted, not all sent): they must be treated as started.
+	// encrypted, not all sent; 0 for the others): they must be treated
+	// as started.
 	aheadOfKernel() int
-
-	// flushLater asks the transport to write the queue on its own once it
-	// can take more, and reports whether it will: an event loop's socket
-	// does, when the loop sees it writable; every other transport reports
-	// false, and the queue is written by a flushing goroutine (or by the
-	// sender). Called with the write lock held.
-	flushLater() bool
-
-	// flushBacklog writes without waiting what the transport produced on
-	// its own (TLS alerts); called with no flushing goroutine running.
-	flushBacklog()
 
 	// read waits for bytes and returns them in buf, a buffer it borrowed
 	// (or reused) for the caller; the caller gives it back with
-	// bufpool.Put when it has used every byte. An idle connection's
-	// socket transport holds no buffer while it waits.
-	read(buf *[]byte) (*[]byte, int, error)
+	// bufpool.Put when it has used every byte. size is what the parser
+	// would like to read at once (0: no wish; see readsize.go), a hint a
+	// transport with a buffer of its own ignores. An idle connection's
+	// socket transport holds no buffer while it waits. A transport whose
+	// owner drives the reads (an event loop) returns errLoopDry when what
+	// arrived is used up, instead of waiting.
+	read(buf *[]byte, size int) (*[]byte, int, error)
+}
+
+// outbox is a connection's send queue as its transport's flush sees it.
+// Every method is called with the connection's write lock held.
+type outbox interface {
+	// flushStep writes what the transport takes now (tryWritev), and
+	// reports whether to stop; false waits for the transport to become
+	// writable.
+	flushStep() bool
+
+	// claimSegment returns the next bytes for a blocking write, kept
+	// still until wroteSegment.
+	claimSegment() []byte
+
+	// wroteSegment records that the blocking write of the claimed bytes
+	// took n of them, or failed with err, and returns the error to
+	// report (nil if the queue failed meanwhile and the write is moot).
+	wroteSegment(n int, err error) error
+}
+
+// backlogWriter is a transport that can produce bytes on its own while
+// it reads (TLS: an alert, a KeyUpdate reply). The reader has them
+// written when no flusher runs.
+type backlogWriter interface {
+	backlogged() bool
+	flushBacklog()
 }
 
 // newTransport picks the transport for nc.
@@ -136,34 +157,38 @@ type socketTransport struct {
 	rn    int
 	rerr  error
 
-	// flushQueue's, owned by the flushing goroutine.
+	// flush's, owned by the flushing goroutine. inFlush and ffd are
+	// written under the connection's write lock: tryWritev called from
+	// out.flushStep writes on the descriptor of flush's own callback
+	// (RawConn.Write does not nest).
 	flushFn func(fd uintptr) bool
-	fstep   func() bool
+	out     outbox
 	flock   *sync.Mutex
 	ffd     uintptr
+	inFlush bool
 }
 
-func (t *socketTransport) flushQueue(lock *sync.Mutex, step func() bool) (bool, error) {
-	t.fstep, t.flock = step, lock
+// flush waits in RawConn.Write for writability and runs out.flushStep
+// under lock each time the socket is writable.
+func (t *socketTransport) flush(lock *sync.Mutex, out outbox, wait bool) (bool, error) {
+	if !wait {
+		return false, nil
+	}
+	t.out, t.flock = out, lock
+	lock.Unlock()
 	err := t.rc.Write(t.flushFn)
-	t.fstep, t.flock = nil, nil
-	return true, err
+	lock.Lock()
+	t.out, t.flock = nil, nil
+	return false, err
 }
 
 func (t *socketTransport) doFlush(fd uintptr) bool {
-	t.ffd = fd
 	t.flock.Lock()
-	stop := t.fstep()
+	t.ffd, t.inFlush = fd, true
+	stop := t.out.flushStep()
+	t.inFlush = false
 	t.flock.Unlock()
 	return stop
-}
-
-func (t *socketTransport) writeNow(bufs [][]byte) (int, error) {
-	n, err := writevFd(t.ffd, bufs)
-	if err == errAgain {
-		return 0, nil
-	}
-	return n, err
 }
 
 func (t *socketTransport) tryWrite(a, b []byte) (int, error) {
@@ -180,6 +205,13 @@ func (t *socketTransport) tryWrite(a, b []byte) (int, error) {
 }
 
 func (t *socketTransport) tryWritev(bufs [][]byte) (int, error) {
+	if t.inFlush {
+		n, err := writevFd(t.ffd, bufs)
+		if err == errAgain {
+			return 0, nil
+		}
+		return n, err
+	}
 	t.bufs = bufs
 	err := t.rc.Write(t.writeFn)
 	t.bufs = nil
@@ -201,22 +233,14 @@ func (t *socketTransport) doWrite(fd uintptr) bool {
 	return true
 }
 
-// write is never called on a socket: it writes through flushQueue.
-func (t *socketTransport) write([]byte) (int, error) {
-	panic("rally: a socket transport writes through flushQueue")
-}
-
 func (t *socketTransport) resumable() bool { return true }
 
 func (t *socketTransport) canTry() bool { return true }
 
 func (t *socketTransport) aheadOfKernel() int { return 0 }
 
-func (t *socketTransport) flushBacklog() {}
-
-func (t *socketTransport) flushLater() bool { return false }
-
-func (t *socketTransport) read(buf *[]byte) (*[]byte, int, error) {
+func (t *socketTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
+	t.rsize = size
 	t.rbuf = buf
 	t.rn, t.rerr = 0, nil
 	err := t.rc.Read(t.readFn)
@@ -276,23 +300,32 @@ func (t *streamTransport) tryWrite(a, b []byte) (int, error) { return 0, nil }
 
 func (t *streamTransport) tryWritev([][]byte) (int, error) { return 0, nil }
 
-func (t *streamTransport) write(p []byte) (int, error) { return t.nc.Write(p) }
-
 func (t *streamTransport) resumable() bool { return false }
 
 func (t *streamTransport) canTry() bool { return false }
 
-func (t *streamTransport) flushQueue(*sync.Mutex, func() bool) (bool, error) { return false, nil }
+// flush writes one chunk of the queue with a blocking write, outside the
+// lock.
+func (t *streamTransport) flush(lock *sync.Mutex, out outbox, wait bool) (bool, error) {
+	if !wait {
+		return false, nil
+	}
+	return false, writeSegment(lock, out, t.nc)
+}
 
-func (t *streamTransport) writeNow([][]byte) (int, error) { return 0, nil }
+// writeSegment is a blocking transport's flush: one segment of the queue,
+// written to w with lock released.
+func writeSegment(lock *sync.Mutex, out outbox, w io.Writer) error {
+	p := out.claimSegment()
+	lock.Unlock()
+	n, err := w.Write(p)
+	lock.Lock()
+	return out.wroteSegment(n, err)
+}
 
 func (t *streamTransport) aheadOfKernel() int { return 0 }
 
-func (t *streamTransport) flushBacklog() {}
-
-func (t *streamTransport) flushLater() bool { return false }
-
-func (t *streamTransport) read(buf *[]byte) (*[]byte, int, error) {
+func (t *streamTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
 	size := smallReadBufferSize
 	if t.busy {
 		size = streamReadBufferSize

@@ -22,6 +22,9 @@ import (
 var (
 	errWriteType  = errors.New("rally: message type must be Text or Binary")
 	errPingLength = errors.New("rally: ping payload longer than 125 bytes")
+	// errWriteLimit is a Write that may not wait refused by the send
+	// buffer limit (a Send would report Dropped).
+	errWriteLimit = errors.New("rally: write: the send buffer limit was reached (the message was not sent)")
 )
 
 // Write sends p as one message of type typ. It returns once the whole frame
@@ -37,10 +40,16 @@ var (
 // (the peer's inflater must see every message the compressor saw), so
 // cancelling such a Write fails the connection.
 //
-// Called on an event loop's goroutine (a callback of a Server with
-// EventLoop set), Write does not wait for the kernel: it returns nil once
-// the frame is accepted (it leaves in order, after the loop's turn), or
-// the error that kept it out; see Server.EventLoop.
+// The one exception is told by the call site: on an event loop's
+// goroutine (a callback of a Server with EventLoop set, for any
+// connection) Write does not wait for the kernel, since the loop's other
+// connections would wait with it: it returns nil once the frame is
+// accepted (it leaves in order, with the turn's other sends, after the
+// turn), or the error that kept it out, including the send buffer limit,
+// which a Send reports as Dropped; ctx is not consulted. Use SendDone to
+// learn when such a frame has left. Everywhere else, a Server's
+// goroutine-mode callbacks included, Write waits for the kernel, which
+// paces a callback by its peer.
 func (c *Conn) Write(ctx context.Context, typ MessageType, p []byte) error {
 	if err := c.checkMessage(typ, p); err != nil {
 		return err
@@ -60,7 +69,9 @@ func (c *Conn) WriteCompress(ctx context.Context, typ MessageType, p []byte, mod
 // Ping sends a ping with payload (at most 125 bytes) and returns once it has
 // been handed to the kernel. It does not wait for the pong: pongs are
 // reported to ConnOptions.OnPong (or Server.Pong) by whoever reads. A ping
-// may go out between two fragments of a message being streamed.
+// may go out between two fragments of a message being streamed. Where Write
+// would not wait (on an event loop's goroutine, see Write), neither does
+// Ping.
 func (c *Conn) Ping(ctx context.Context, payload []byte) error {
 	if len(payload) > frame.MaxControlPayload {
 		return errPingLength
@@ -92,8 +103,8 @@ const (
 // control frame), sends past its own goroutine's cork (flushing what the
 // cork gathered first), and waits until the frame has left.
 func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared []byte, mode Compress, ln lane) error {
-	if onLoop() {
-		return c.writeOnLoop(op, fin, p, prepared, mode, ln)
+	if !mayWait() {
+		return c.writeAccepted(op, fin, p, prepared, mode, ln)
 	}
 	c.wr.mu.Lock()
 	if c.wr.q.streaming && (ln == laneMessage || ln == lanePrepared) {
@@ -140,17 +151,16 @@ func (c *Conn) write(ctx context.Context, op frame.Opcode, fin bool, p, prepared
 	return c.waitFlushed(ctx, seq)
 }
 
-// writeOnLoop is a blocking write called on an event loop's goroutine,
-// which must not wait for the kernel (the loop's other connections would
-// wait with it): the frame is accepted in order, as a Send's would be,
-// and gathered with the loop turn's other sends; it returns nil once the
-// frame is accepted and the error that kept it out otherwise (the buffer
-// limit included, which a Send reports as Dropped).
-func (c *Conn) writeOnLoop(op frame.Opcode, fin bool, p, prepared []byte, mode Compress, ln lane) error {
+// writeAccepted is a blocking write called where it must not wait for
+// the kernel (an event loop's goroutine, see mayWait): the frame is accepted in order, as a
+// Send's would be, and gathered with the caller's cork or loop turn; it
+// returns nil once the frame is accepted and the error that kept it out
+// otherwise (the buffer limit included, which a Send reports as Dropped).
+func (c *Conn) writeAccepted(op frame.Opcode, fin bool, p, prepared []byte, mode Compress, ln lane) error {
 	if ln == laneMessage || ln == lanePrepared {
 		st, err := c.sendFrame(op, p, prepared, nil, mode)
 		if st == Dropped && err == nil {
-			return errLoopLimit
+			return errWriteLimit
 		}
 		return err
 	}
@@ -184,15 +194,14 @@ func (c *Conn) closedLocked() error {
 // remains to a flushing goroutine. If ctx ends meanwhile, the write
 // deadline cuts the wait. Called with the write lock held; releases it.
 func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
-	if c.t.flushLater() {
-		// The transport writes the queue itself (an event loop): wait for it.
-		c.wr.flushing = true
-		c.armStallLocked()
+	c.wr.flushing = true
+	c.armStallLocked()
+	if later, _ := c.t.flush(&c.wr.mu, c, false); later {
+		// The transport's owner writes the queue (an event loop): wait
+		// for it.
 		c.unlockWrite()
 		return c.waitFlushed(ctx, seq)
 	}
-	c.wr.flushing = true
-	c.armStallLocked()
 	c.wr.mu.Unlock()
 	watched := c.watchWrite(ctx)
 	c.wr.mu.Lock()
