@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rallyws/rally"
 )
 
 // The hostile scenarios of `rally bench`: what a few clients do to make a
@@ -81,6 +84,10 @@ type HostileConfig struct {
 	MaxProbeP99 time.Duration
 	// Seed picks the adversary's clients (the same seed, the same draw).
 	Seed uint64
+	// H2, for slow-read, opens the subscribers that never read as
+	// WebSocket streams over HTTP/2 (RFC 8441; h2c for ws://), h2Streams
+	// to a TCP connection, each with a small receive window that fills.
+	H2 bool
 }
 
 // HostileResult is what a hostile run measured.
@@ -158,6 +165,7 @@ type hostileRun struct {
 	res    *HostileResult
 	mu     sync.Mutex
 	conns  []net.Conn
+	others []func() // ends attackers that are not a net.Conn
 	opened atomic.Int64
 }
 
@@ -181,7 +189,10 @@ func (h *hostileRun) closeAll() {
 	for _, c := range h.conns {
 		c.Close()
 	}
-	h.conns = nil
+	for _, f := range h.others {
+		f()
+	}
+	h.conns, h.others = nil, nil
 }
 
 func hostileDefaults(cfg HostileConfig) HostileConfig {
@@ -694,18 +705,22 @@ func (h *hostileRun) slowRead(ctx context.Context) {
 	// Alone for a sixth of the window, then the slow subscribers join;
 	// the last third is measured, once their queues are full.
 	h.res.FastSoloRate = rate(h.cfg.Duration / 6)
-	each(ctx, h.cfg.Conns, func(int) {
-		c, _, err := h.t.dial(ctx, true)
-		if err != nil {
-			h.answer(handshakeAnswer(err))
-			return
-		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetReadBuffer(4 << 10)
-		}
-		h.keep(c)
-		sub(c)
-	})
+	if h.cfg.H2 {
+		h.slowReadH2(ctx)
+	} else {
+		each(ctx, h.cfg.Conns, func(int) {
+			c, _, err := h.t.dial(ctx, true)
+			if err != nil {
+				h.answer(handshakeAnswer(err))
+				return
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetReadBuffer(4 << 10)
+			}
+			h.keep(c)
+			sub(c)
+		})
+	}
 	if wait := time.Until(deadlineOf(ctx).Add(-h.cfg.Duration / 3)); wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -714,6 +729,47 @@ func (h *hostileRun) slowRead(ctx context.Context) {
 	}
 	h.res.FastAttackRate = rate(h.cfg.Duration / 3)
 	h.res.Published = published.Load()
+}
+
+// h2Streams is how many slow subscribers share one HTTP/2 connection
+// (rally serve allows 100 streams to a connection).
+const h2Streams = 100
+
+// slowReadH2 opens --conns subscribers that never read as WebSocket
+// streams over HTTP/2: each stream's receive window (16 KiB) fills and
+// stays at 0, as a browser tab that stopped reading would leave it.
+func (h *hostileRun) slowReadH2(ctx context.Context) {
+	u, err := url.Parse(h.cfg.URL)
+	if err != nil {
+		return
+	}
+	transports := make([]*http.Transport, (h.cfg.Conns+h2Streams-1)/h2Streams)
+	for i := range transports {
+		transports[i] = &http.Transport{
+			ForceAttemptHTTP2: true,
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+			HTTP2:             &http.HTTP2Config{MaxReceiveBufferPerStream: 16 << 10, MaxReceiveBufferPerConnection: h2Streams * 16 << 10},
+		}
+	}
+	subscribe := []byte(`{"type":"subscribe","topic":"hostile"}`)
+	each(ctx, h.cfg.Conns, func(i int) {
+		c, _, err := rally.Dial(ctx, u.String(), &rally.DialOptions{
+			HTTP2:          rally.HTTP2Require,
+			HTTP2Transport: transports[i/h2Streams],
+			TLSConfig:      &tls.Config{InsecureSkipVerify: true},
+		})
+		if err != nil {
+			h.answer(handshakeAnswer(err))
+			return
+		}
+		h.opened.Add(1)
+		h.mu.Lock()
+		h.others = append(h.others, func() { c.CloseNow() })
+		h.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+		c.Write(wctx, rally.Text, subscribe)
+		cancel()
+	})
 }
 
 func deadlineOf(ctx context.Context) time.Time {

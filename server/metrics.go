@@ -31,6 +31,7 @@ type metrics struct {
 	handshakeFails   *prometheus.CounterVec // reason
 	refusals         *prometheus.CounterVec // limit
 	closeCodes       *prometheus.CounterVec // code
+	slowCut          prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -77,8 +78,11 @@ func newMetrics() *metrics {
 	m.closeCodes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_close_codes_total", Help: "WebSocket connections ended, by close code (1006: no close frame).",
 	}, []string{"code"})
+	m.slowCut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "rally_slow_subscribers_cut_total", Help: "/ws connections cut because their send queue stayed at the buffer limit for --slow-subscriber-timeout.",
+	})
 	m.reg.MustRegister(
-		m.connections, m.connectionsTotal, m.subscriptions, m.messagesIn, m.bytesIn,
+		m.slowCut, m.connections, m.connectionsTotal, m.subscriptions, m.messagesIn, m.bytesIn,
 		m.messagesOut, m.bytesOut, m.publishes, m.deliveries, m.drops, m.backpressure,
 		m.handshakeFails, m.refusals, m.closeCodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -54,6 +54,20 @@ type Config struct {
 	// reading does not hold its queue forever. Default 30 s; negative turns
 	// it off.
 	WriteStallTimeout time.Duration
+	// SlowSubscriberTimeout cuts a /ws connection whose send queue stays
+	// at its BufferLimit this long, whether its peer takes no byte or too
+	// few to make room (1008 when it still takes bytes, else 1006; see
+	// slow.go): a subscriber that does not keep up is let go instead of
+	// costing every publish on its topics. Default 1 s; negative turns
+	// it off (messages past the limit are then only dropped).
+	SlowSubscriberTimeout time.Duration
+	// SubscriberSendBuffer is the kernel's send buffer (SO_SNDBUF) of a
+	// /ws connection over HTTP/1.1: what a subscriber that does not read
+	// makes the kernel hold and every publisher copy, beyond its queue
+	// (whose shared frames are held once for all). Default 64 KiB (the
+	// kernel doubles it); negative leaves the kernel's own, which grows
+	// to megabytes.
+	SubscriberSendBuffer int
 	// Logger receives the server's log lines. nil means slog.Default().
 	// Tokens and API keys never appear in them.
 	Logger *slog.Logger
@@ -155,6 +169,7 @@ type Server struct {
 	secret []byte
 	rate   *rateLimiter
 	heads  headWatch
+	slow   *slowWatch // /ws connections whose queue stays full
 	guard
 
 	conns    atomic.Int64 // open WebSocket connections and handshakes under way
@@ -212,6 +227,8 @@ func New(cfg Config) (*Server, error) {
 	cfg.PingInterval = orDefault(cfg.PingInterval, 30*time.Second)
 	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, 90*time.Second)
 	cfg.WriteStallTimeout = orDefault(cfg.WriteStallTimeout, 30*time.Second)
+	cfg.SlowSubscriberTimeout = orDefault(cfg.SlowSubscriberTimeout, time.Second)
+	cfg.SubscriberSendBuffer = orDefault(cfg.SubscriberSendBuffer, 64<<10)
 	cfg.MaxConnections = orDefault(cfg.MaxConnections, 10000)
 	cfg.HandshakeRate = orDefault(cfg.HandshakeRate, 20)
 	cfg.MaxSubscriptions = orDefault(cfg.MaxSubscriptions, 100)
@@ -355,6 +372,7 @@ func New(cfg Config) (*Server, error) {
 		OnHandshakeError: s.handshakeError,
 	}
 	s.ws = &rally.Server{Options: wsOpts, Open: s.wsOpen, Message: s.wsMessage, Close: s.wsClose}
+	s.slow = newSlowWatch(cfg.SlowSubscriberTimeout, slowFullBytes(cfg.BufferLimit), s.cutSlow)
 
 	// /chat is one room: what a client sends, every client gets. Its
 	// messages, pages and tokens are checked as /ws's are.
@@ -373,7 +391,10 @@ func New(cfg Config) (*Server, error) {
 
 	s.mux = http.NewServeMux()
 	s.mux.Handle("GET /echo", s.limit(s.echo))
-	s.mux.Handle("GET /ws", s.limit(s.ws))
+	s.mux.Handle("GET /ws", s.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		capSendBuffer(r, s.cfg.SubscriberSendBuffer)
+		s.ws.ServeHTTP(w, r)
+	})))
 	s.mux.Handle("GET /chat", s.limit(s.chat))
 	// WebSockets over HTTP/2 arrive as CONNECT (RFC 8441).
 	s.mux.Handle("CONNECT /echo", s.limit(s.echo))

@@ -11,7 +11,9 @@ import (
 
 func TestUnderHighMemoryPressureTheSubscriberWithTheLargestQueueIsCut(t *testing.T) {
 	budget := rally.NewMemoryBudget(1 << 30)
-	s := serve(t, Config{Protection: Protection{MemoryBudget: budget}})
+	// The slow-subscriber rule would cut the subscriber that never reads
+	// first: off, so that the memory watch is what cuts it.
+	s := serve(t, Config{Protection: Protection{MemoryBudget: budget}, SlowSubscriberTimeout: -1})
 	ended := make(chan struct{}, 4)
 	s.closedHook = func() { ended <- struct{}{} }
 	// A raw peer that subscribes and then never reads.

@@ -65,11 +65,13 @@ const (
 func (s *Server) wsOpen(c *rally.Conn) {
 	s.opened("ws")(c)
 	s.wsConns.Add(1)
+	s.slow.add(c)
 }
 
 func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	ss := c.Data().(*wsSession)
 	s.wsConns.Add(-1)
+	s.slow.remove(c)
 	for topic := range ss.hist {
 		s.histHub.remove(c, topic)
 	}

@@ -90,6 +90,8 @@ header-timeout = "3s"
 ping-interval = "4s"
 idle-timeout = "-1s"
 write-stall-timeout = "7s"
+slow-subscriber-timeout = "3s"
+subscriber-send-buffer = "32KiB"
 shutdown-timeout = "6s"
 node = "n1"
 nats = "nats://127.0.0.1:4222"
@@ -108,34 +110,36 @@ pusher-webhook = ["2=http://127.0.0.1:1/hook"]
 	}
 	c := s.cfg
 	checks := map[string]bool{
-		"addr":                c.Addr == "127.0.0.1:9999",
-		"tls-cert":            c.TLSCert == "c.pem",
-		"tls-key":             c.TLSKey == "k.pem",
-		"h2c":                 c.H2C,
-		"reuse-port":          c.ReusePort,
-		"event-loop":          c.EventLoop,
-		"token-secret":        c.TokenSecret == "0123456789abcdef0123456789abcdef",
-		"api-key":             c.APIKey == "key",
-		"origins":             strings.Join(c.Origins, " ") == "a.example *.b.example",
-		"insecure-no-auth":    c.InsecureNoAuth,
-		"max-connections":     c.MaxConnections == 7,
-		"handshake-rate":      c.HandshakeRate == 2.5,
-		"rate-limit-loopback": c.RateLimitLoopback,
-		"max-subscriptions":   c.MaxSubscriptions == -1,
-		"max-message-bytes":   c.MaxMessageBytes == 1000,
-		"buffer-limit":        c.BufferLimit == 2000,
-		"header-timeout":      c.HeaderReadTimeout == 3*time.Second,
-		"ping-interval":       c.PingInterval == 4*time.Second,
-		"idle-timeout":        c.IdleTimeout == -time.Second,
-		"write-stall-timeout": c.WriteStallTimeout == 7*time.Second,
-		"shutdown-timeout":    c.ShutdownTimeout == 6*time.Second,
-		"node":                c.Node == "n1",
-		"nats":                c.NATS.URL == "nats://127.0.0.1:4222",
-		"embedded-nats":       c.NATS.Embedded == "127.0.0.1:4223",
-		"nats-cluster":        c.NATS.Cluster == "127.0.0.1:6222",
-		"nats-routes":         strings.Join(c.NATS.Routes, " ") == "nats://127.0.0.1:6223 nats://127.0.0.1:6224",
-		"log-format":          s.logFormat == "json",
-		"log-level":           s.logLevel == slog.LevelDebug,
+		"addr":                    c.Addr == "127.0.0.1:9999",
+		"tls-cert":                c.TLSCert == "c.pem",
+		"tls-key":                 c.TLSKey == "k.pem",
+		"h2c":                     c.H2C,
+		"reuse-port":              c.ReusePort,
+		"event-loop":              c.EventLoop,
+		"token-secret":            c.TokenSecret == "0123456789abcdef0123456789abcdef",
+		"api-key":                 c.APIKey == "key",
+		"origins":                 strings.Join(c.Origins, " ") == "a.example *.b.example",
+		"insecure-no-auth":        c.InsecureNoAuth,
+		"max-connections":         c.MaxConnections == 7,
+		"handshake-rate":          c.HandshakeRate == 2.5,
+		"rate-limit-loopback":     c.RateLimitLoopback,
+		"max-subscriptions":       c.MaxSubscriptions == -1,
+		"max-message-bytes":       c.MaxMessageBytes == 1000,
+		"buffer-limit":            c.BufferLimit == 2000,
+		"header-timeout":          c.HeaderReadTimeout == 3*time.Second,
+		"ping-interval":           c.PingInterval == 4*time.Second,
+		"idle-timeout":            c.IdleTimeout == -time.Second,
+		"write-stall-timeout":     c.WriteStallTimeout == 7*time.Second,
+		"slow-subscriber-timeout": c.SlowSubscriberTimeout == 3*time.Second,
+		"subscriber-send-buffer":  c.SubscriberSendBuffer == 32<<10,
+		"shutdown-timeout":        c.ShutdownTimeout == 6*time.Second,
+		"node":                    c.Node == "n1",
+		"nats":                    c.NATS.URL == "nats://127.0.0.1:4222",
+		"embedded-nats":           c.NATS.Embedded == "127.0.0.1:4223",
+		"nats-cluster":            c.NATS.Cluster == "127.0.0.1:6222",
+		"nats-routes":             strings.Join(c.NATS.Routes, " ") == "nats://127.0.0.1:6223 nats://127.0.0.1:6224",
+		"log-format":              s.logFormat == "json",
+		"log-level":               s.logLevel == slog.LevelDebug,
 		"pusher-app": len(c.PusherApps) == 2 && c.PusherApps[0].Key == "k1" && c.PusherApps[0].Secret == "s1" &&
 			c.PusherApps[1].MaxConnections == 5 && c.PusherApps[1].ClientEventRate == 2,
 		"pusher-webhook": len(c.PusherApps) == 2 && slices.Equal(c.PusherApps[1].Webhooks, []string{"http://127.0.0.1:1/hook"}),

@@ -1,0 +1,174 @@
+package server
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rallyws/rally"
+)
+
+// Slow subscribers: a /ws connection whose send queue stays full is cut.
+//
+// Past its buffer limit a subscriber's messages are dropped, and a
+// dropped send costs its publisher one load (rally's Send refuses it
+// without a lock or a write attempt). But a subscriber that never reads
+// still holds its kernel buffer and a full queue, and every publish on
+// its topics still visits it: 2,000 of them beside one fast subscriber
+// took the fast one to 2-20% of its rate alone. The rule an operator
+// expects of a pub/sub server is that such a subscriber is let go
+// quickly: once its queue has stayed at its limit for
+// Config.SlowSubscriberTimeout (default 1 s), whether its peer took no
+// byte or too few to make room, it is cut. It holds for every engine and
+// for WebSockets over HTTP/2 (a stream whose window stays at 0 fills its
+// queue as a socket that is not read does), since it looks only at what
+// waits in the connection's queue.
+//
+// One goroutine watches every /ws connection, and exists only while
+// there are some: each turn (a quarter of the timeout) it reads each
+// queue's size once. A connection whose peer took bytes since the last
+// turn is closed with 1008, its close frame behind what was queued
+// (bounded by the close timeout); one whose queue did not move is cut at
+// once (1006): a close frame could not reach its peer.
+
+// slowFull is how full a queue must be, as a fraction of its limit, to
+// count as at its limit: a send is dropped once the next message does
+// not fit, which leaves a queue a message short of the limit.
+const slowFull = 0.75
+
+// slowWatch is the watch over /ws connections' send queues.
+type slowWatch struct {
+	timeout time.Duration // at the limit this long: cut; <= 0: no watch
+	full    int           // queue bytes that count as at the limit
+	cut     func(c *rally.Conn, moved bool)
+
+	mu      sync.Mutex
+	conns   map[*rally.Conn]*slowState
+	running bool // the watching goroutine exists
+}
+
+// slowState is what the watch remembers of one connection.
+type slowState struct {
+	since time.Time // when its queue was first seen at the limit; zero: it is not
+	last  int       // the queue's size at the last turn
+}
+
+// newSlowWatch returns a watch cutting connections whose queue holds full
+// bytes or more for timeout; timeout <= 0 or full <= 0 watches nothing.
+func newSlowWatch(timeout time.Duration, full int, cut func(c *rally.Conn, moved bool)) *slowWatch {
+	return &slowWatch{timeout: timeout, full: full, cut: cut, conns: map[*rally.Conn]*slowState{}}
+}
+
+func (w *slowWatch) on() bool { return w.timeout > 0 && w.full > 0 }
+
+// add starts watching c; the watching goroutine starts with the first.
+func (w *slowWatch) add(c *rally.Conn) {
+	if !w.on() {
+		return
+	}
+	w.mu.Lock()
+	w.conns[c] = &slowState{}
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
+	w.mu.Unlock()
+}
+
+// remove stops watching c.
+func (w *slowWatch) remove(c *rally.Conn) {
+	if !w.on() {
+		return
+	}
+	w.mu.Lock()
+	delete(w.conns, c)
+	w.mu.Unlock()
+}
+
+// run turns until no connection is left to watch.
+func (w *slowWatch) run() {
+	tick := time.NewTicker(w.timeout / 4)
+	defer tick.Stop()
+	var cut []*rally.Conn
+	var moved []bool
+	for now := range tick.C {
+		w.mu.Lock()
+		if len(w.conns) == 0 {
+			w.running = false
+			w.conns = map[*rally.Conn]*slowState{} // a map does not shrink
+			w.mu.Unlock()
+			return
+		}
+		for c, st := range w.conns {
+			n := c.BufferedAmount()
+			switch {
+			case n < w.full:
+				st.since = time.Time{}
+			case st.since.IsZero():
+				st.since = now
+			case now.Sub(st.since) >= w.timeout:
+				cut = append(cut, c)
+				moved = append(moved, n < st.last)
+				delete(w.conns, c)
+			}
+			st.last = n
+		}
+		w.mu.Unlock()
+		for i, c := range cut {
+			w.cut(c, moved[i])
+		}
+		clear(cut)
+		cut, moved = cut[:0], moved[:0]
+	}
+}
+
+// reasonSlow is the reason of the 1008 a slow subscriber gets.
+const reasonSlow = "too slow: messages for this client stayed at its buffer limit"
+
+// cutSlow ends a /ws connection whose queue stayed at its limit: with a
+// close frame (1008) if its peer still takes bytes, at once otherwise.
+func (s *Server) cutSlow(c *rally.Conn, moved bool) {
+	s.m.slowCut.Inc()
+	s.log.Debug("slow subscriber cut", "remote", c.RemoteAddr().String(), "close_frame", moved)
+	if !moved {
+		c.CloseNow()
+		return
+	}
+	// Close waits for the handshake (at most the close timeout) when
+	// called outside the connection's callbacks: not on the watch's
+	// goroutine.
+	go c.Close(rally.ClosePolicyViolation, reasonSlow)
+}
+
+// slowFullBytes is what counts as a full queue under the buffer limit
+// limit (0: rally.DefaultBufferLimit; negative: no limit, nothing is).
+func slowFullBytes(limit int) int {
+	if limit == 0 {
+		limit = rally.DefaultBufferLimit
+	}
+	if limit < 0 {
+		return 0
+	}
+	return int(float64(limit) * slowFull)
+}
+
+// capSendBuffer sets the kernel send buffer of the TCP connection under
+// a /ws handshake over HTTP/1.1 to n bytes (SO_SNDBUF).
+func capSendBuffer(r *http.Request, n int) {
+	if n <= 0 || r.ProtoMajor != 1 {
+		return
+	}
+	h, ok := r.Context().Value(pendingKey{}).(*pendingHead)
+	if !ok {
+		return
+	}
+	c := h.c
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(n)
+	}
+}
