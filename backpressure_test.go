@@ -72,13 +72,13 @@ func receiveBufferBeforeConnect(size int) func(network, address string, c syscal
 // back. The peer then simply does not read until the test lets it.
 func dialStalledPeer(t *testing.T, addr string, h http.Header) *rawpeer.Peer {
 	t.Helper()
-	d := net.Dialer{Timeout: wireTimeout, Control: smallReceiveBuffer}
+	d := net.Dialer{Timeout: wireTimeout(), Control: smallReceiveBuffer}
 	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := rawpeer.NewPeer(nc, true)
-	p.SetTimeout(wireTimeout)
+	p.SetTimeout(wireTimeout())
 	t.Cleanup(func() { p.Close() })
 	key := rawpeer.NewKey()
 	if err := p.WriteRaw(rawpeer.HandshakeRequest(addr, "/", key, h)); err != nil {
@@ -116,7 +116,7 @@ func dialStalledRaw(t *testing.T, opts *rally.DialOptions) (*rally.Conn, *rawpee
 			peers <- nil
 			return
 		}
-		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout)
+		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout())
 		if err != nil {
 			nc.Close()
 			p = nil
@@ -174,7 +174,7 @@ func stalledSides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *
 		case c := <-conns:
 			t.Cleanup(func() { c.CloseNow() })
 			f(t, c, p, false)
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("Accept did not return a connection")
 		}
 	})
@@ -205,7 +205,7 @@ func servedStalled(t *testing.T, s *rally.Server) (*rally.Conn, *rawpeer.Peer, *
 	select {
 	case c := <-opened:
 		return c, p, rec
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("Server.Open was not called")
 		return nil, nil, nil
 	}
@@ -246,7 +246,7 @@ func (d *drainCounter) onDrain(*rally.Conn) {
 // waitFor waits until OnDrain has been called n times in all.
 func (d *drainCounter) waitFor(t *testing.T, n int32) {
 	t.Helper()
-	timeout := time.After(wireTimeout)
+	timeout := time.After(wireTimeout())
 	for d.n.Load() < n {
 		select {
 		case <-d.each:
@@ -432,7 +432,7 @@ func TestSendPastTheBufferLimitClosesThePeerWhenThePolicySaysSo(t *testing.T) {
 					BufferLimit:          32 << 10,
 					BufferLimitAction:    rally.CloseConnection,
 					BufferLimitCloseCode: tc.code,
-					CloseTimeout:         wireTimeout,
+					CloseTimeout:         wireTimeout(),
 				}},
 			})
 
@@ -484,7 +484,7 @@ func TestSendPastTheBufferLimitClosesThePeerWhenThePolicySaysSo(t *testing.T) {
 func TestCloseAfterQueuedSendsSendsTheCloseFrameBehindThem(t *testing.T) {
 	const size = 4 << 10
 	c, p, rec := servedStalled(t, &rally.Server{
-		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: -1, CloseTimeout: wireTimeout}},
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: -1, CloseTimeout: wireTimeout()}},
 	})
 	seq := 0
 	for ; ; seq++ {

@@ -183,7 +183,7 @@ func TestEventLoopLeavesNoGoroutineNorDescriptorAfterItsConnectionsEnd(t *testin
 	const n = 30
 	peers := make([]*rawpeer.Peer, n)
 	for i := range peers {
-		p, _, err := rawpeer.DialClient(ln.Addr().String(), "/", nil, wireTimeout)
+		p, _, err := rawpeer.DialClient(ln.Addr().String(), "/", nil, wireTimeout())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,11 +213,11 @@ func TestEventLoopLeavesNoGoroutineNorDescriptorAfterItsConnectionsEnd(t *testin
 	for range n {
 		select {
 		case <-rec.closed:
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("Server.Close was not called for every connection")
 		}
 	}
-	rally.WaitNothingLeft(t, fdsBefore, gBefore, wireTimeout)
+	rally.WaitNothingLeft(t, fdsBefore, gBefore, wireTimeout())
 }
 
 func TestEventLoopTurnWritesEachConnectionOnceWhateverItsCallbacksSent(t *testing.T) {
@@ -307,7 +307,7 @@ func TestEventLoopLogsACallbackThatBlocksIt(t *testing.T) {
 		if !strings.Contains(msg, "event loop is blocked") {
 			t.Fatalf("logged %q", msg)
 		}
-	case <-time.After(4 * wireTimeout):
+	case <-time.After(4 * wireTimeout()):
 		t.Fatal("a callback blocked the loop and nothing was logged")
 	}
 	close(release)
@@ -343,7 +343,7 @@ func TestEventLoopWriteInACallbackDoesNotWaitForASlowPeer(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "limit") {
 			t.Fatalf("Write on the loop past the buffer limit = %v, want the limit's error", err)
 		}
-	case <-time.After(4 * wireTimeout):
+	case <-time.After(4 * wireTimeout()):
 		t.Fatal("a Write in a callback waited for a peer that does not read")
 	}
 }
