@@ -71,12 +71,13 @@ func freePort(t *testing.T) int {
 
 // runPusherScenario runs pusher-scenario.mjs (pusher-js 8, Laravel Echo and
 // the pusher server SDK) against hostA and hostB and fails t with its output
-// when a check fails.
-func runPusherScenario(t *testing.T, hostA, hostB string, webhookPort int) {
+// when a check fails. fullHost, if not "", is a server with room for one
+// connection.
+func runPusherScenario(t *testing.T, hostA, hostB string, webhookPort int, fullHost string) {
 	t.Helper()
 	arg, _ := json.Marshal(map[string]any{
 		"hostA": hostA, "hostB": hostB, "appId": pusherApp.ID, "key": pusherApp.Key, "secret": pusherApp.Secret,
-		"webhookPort": webhookPort, "waitMs": waitFor.Milliseconds(),
+		"webhookPort": webhookPort, "waitMs": waitFor.Milliseconds(), "fullHost": fullHost,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*waitFor)
 	defer cancel()
@@ -90,8 +91,10 @@ func runPusherScenario(t *testing.T, hostA, hostB string, webhookPort int) {
 }
 
 // pusher-js 8, Laravel Echo and the pusher server SDK against one node, on
-// both engines: every channel type, client events, signin, the HTTP API,
-// webhooks verified by the SDK, and the errors a user meets.
+// both engines: every channel type (end-to-end encrypted ones with the SDK's
+// master key), client events, signin and terminating a user's connections,
+// the HTTP API, every webhook verified by the SDK, and the errors a user
+// meets (4001, 4009, 4100, 4301, 4302) with what pusher-js does on each.
 func TestPusherJSOneNode(t *testing.T) {
 	for _, eventLoop := range []bool{false, true} {
 		t.Run(map[bool]string{false: "goroutines", true: "event-loop"}[eventLoop], func(t *testing.T) {
@@ -99,7 +102,8 @@ func TestPusherJSOneNode(t *testing.T) {
 			app := pusherApp
 			app.Webhooks = []string{"http://127.0.0.1:" + strconv.Itoa(port) + "/hook"}
 			host := startPusherServer(t, server.Config{EventLoop: eventLoop, PusherApps: []server.PusherApp{app}})
-			runPusherScenario(t, host, host, port)
+			full := startPusherServer(t, server.Config{EventLoop: eventLoop, MaxConnections: 1, PusherApps: []server.PusherApp{pusherApp}})
+			runPusherScenario(t, host, host, port, full)
 		})
 	}
 }
@@ -115,7 +119,7 @@ func TestPusherJSTwoNodes(t *testing.T) {
 				NATS: server.NATSConfig{Embedded: "127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
 			b := startPusherServer(t, server.Config{Node: "b", EventLoop: eventLoop, PusherApps: []server.PusherApp{pusherApp},
 				NATS: server.NATSConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
-			runPusherScenario(t, a, b, 0)
+			runPusherScenario(t, a, b, 0, "")
 		})
 	}
 }

@@ -42,7 +42,10 @@ again over rally's own protocol on the same server: subscribers on /ws,
 events published with POST /publish/TOPIC (rally serve on loopback needs
 no token). With --server-pid it reports the server's CPU and its memory
 per Pusher subscriber (not per /ws subscriber: that run comes second and
-finds memory the first left; rally bench idle measures /ws connections).
+finds memory the first left). --ws-only runs the /ws fan-out alone, first,
+so that its memory per subscriber is reported: run it against a fresh
+server to compare the memory of the two protocols' subscribers, held by the
+same client code.
 
 Exit status: 0 when every event reached every subscriber without errors,
 1 otherwise, 2 for a usage error.
@@ -60,6 +63,7 @@ type PusherConfig struct {
 	Duration           time.Duration // how long to trigger when Events is 0
 	Concurrency        int           // HTTP triggers at a time
 	Compare            bool          // also over rally's own /ws protocol
+	WSOnly             bool          // over rally's own /ws protocol only
 	ServerPID          int
 }
 
@@ -82,7 +86,7 @@ type FanoutResult struct {
 	MaxMicros        float64  `json:"max_us"`
 	Errors           int64    `json:"errors"`
 	ErrorSamples     []string `json:"error_samples,omitempty"`
-	RSSPerConn       int64    `json:"server_rss_per_conn,omitempty"` // first run only (pusher)
+	RSSPerConn       int64    `json:"server_rss_per_conn,omitempty"` // first run only
 	ServerCPUSeconds float64  `json:"server_cpu_seconds,omitempty"`  // during the fan-out
 }
 
@@ -90,7 +94,7 @@ type FanoutResult struct {
 type PusherResult struct {
 	Channels int           `json:"channels"`
 	Size     int           `json:"size"`
-	Pusher   *FanoutResult `json:"pusher"`
+	Pusher   *FanoutResult `json:"pusher,omitempty"` // nil with WSOnly
 	WS       *FanoutResult `json:"ws,omitempty"`
 	// Ratio is Pusher's deliveries per second over /ws's (with Compare).
 	Ratio float64 `json:"ratio_pusher_ws,omitempty"`
@@ -114,6 +118,7 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Duration, "duration", 0, "trigger for this long instead of a number of events")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "HTTP triggers at a time")
 	fs.BoolVar(&cfg.Compare, "compare", false, "also run the same fan-out over rally's own /ws protocol")
+	fs.BoolVar(&cfg.WSOnly, "ws-only", false, "run the fan-out over rally's own /ws protocol only (its memory per subscriber is then reported)")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine: report its memory per subscriber and CPU")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 
@@ -128,6 +133,8 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 		err = cli.Usagef("--conns, --channels and --concurrency must be more than 0; --size, --events, --duration and --server-pid not negative")
 	case cfg.Events > 0 && cfg.Duration > 0:
 		err = cli.Usagef("give --events or --duration, not both")
+	case cfg.WSOnly && cfg.Compare:
+		err = cli.Usagef("give --compare or --ws-only, not both")
 	default:
 		parts := strings.Split(*app, ":")
 		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
@@ -155,7 +162,7 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	printResult(stdout, *asJSON, res)
-	if !res.Pusher.ok() || (res.WS != nil && !res.WS.ok()) {
+	if (res.Pusher != nil && !res.Pusher.ok()) || (res.WS != nil && !res.WS.ok()) {
 		return 1
 	}
 	return 0
@@ -188,6 +195,13 @@ func RunPusher(ctx context.Context, cfg PusherConfig) (*PusherResult, error) {
 	defer client.CloseIdleConnections()
 
 	res := &PusherResult{Channels: cfg.Channels, Size: cfg.Size}
+	if cfg.WSOnly {
+		ws := &fanout{cfg: cfg, protocol: "ws", client: client, dialURL: wsBase + "/ws", httpURL: httpBase + "/publish/"}
+		if res.WS, err = ws.run(ctx); err != nil {
+			return nil, fmt.Errorf("ws: %w", err)
+		}
+		return res, nil
+	}
 	pusher := &fanout{cfg: cfg, protocol: "pusher", client: client,
 		dialURL: wsBase + "/app/" + url.PathEscape(cfg.Key) + "?protocol=7&client=rally-bench&version=1",
 		httpURL: httpBase + "/apps/" + url.PathEscape(cfg.AppID) + "/events"}

@@ -90,3 +90,29 @@ func TestPusherBadAppIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// --ws-only runs the /ws fan-out alone, first on the server, and reports
+// the server's memory per subscriber for it.
+func TestPusherWSOnlyReportsTheMemoryOfWSSubscribers(t *testing.T) {
+	addr := serveRally(t, server.Config{
+		Logger:     slog.New(slog.DiscardHandler),
+		PusherApps: []server.PusherApp{{ID: "a1", Key: "k1", Secret: "s1"}},
+	})
+	var out, errb bytes.Buffer
+	status := loadgen.PusherMain([]string{"pusher", "ws://" + addr, "--app", "a1:k1:s1", "--conns", "20", "--events", "5",
+		"--ws-only", "--json", "--server-pid", strconv.Itoa(os.Getpid())}, &out, &errb)
+	if status != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %s", status, errb.String(), out.String())
+	}
+	var res loadgen.PusherResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Pusher != nil || res.WS == nil || res.WS.Deliveries != 20*5 {
+		t.Fatalf("--ws-only: pusher %+v, ws %+v", res.Pusher, res.WS)
+	}
+	var errb2 bytes.Buffer
+	if status := loadgen.PusherMain([]string{"pusher", "ws://" + addr, "--app", "a1:k1:s1", "--ws-only", "--compare"}, &out, &errb2); status != 2 {
+		t.Errorf("--ws-only with --compare: exit %d, want 2", status)
+	}
+}

@@ -37,16 +37,34 @@ const (
 // seconds: a client pings after that long without a message.
 const pusherActivityTimeout = 120
 
-// pusherConn is what the server keeps of one /app/{key} connection.
+// pusherConn is what the server keeps of one /app/{key} connection
+// (kept small: an idle connection is mostly this).
 type pusherConn struct {
 	app      *pusherApp
 	socketID string
-	refuse   int                  // pusher:error code to send on open, then close
-	reason   string               // its message
 	subs     smallmap.Map[string] // channel: user_id on presence channels (most have one)
 	user     string               // signed in user, or ""
-	tokens   float64              // client events left in the bucket
-	last     time.Time            // when tokens was counted
+	last     time.Duration        // when tokens was counted, since pusherEpoch
+	tokens   float32              // client events left in the bucket
+	refuse   uint16               // pusher:error code to send on open, then close
+}
+
+// pusherEpoch is the origin of pusherConn.last (monotonic).
+var pusherEpoch = time.Now()
+
+// refuseReason is the message of a pusher:error that refuses a connection.
+func refuseReason(code uint16) string {
+	switch code {
+	case pusherUnknownApp:
+		return "App key not in this cluster"
+	case pusherOverCapacity:
+		return "Over capacity: the server is full, retry later"
+	case pusherBadProtocol:
+		return "Unsupported protocol version"
+	case pusherOverQuota:
+		return "Application is over connection quota"
+	}
+	return "refused"
 }
 
 // pusherMsg is one message of the protocol.
@@ -69,17 +87,17 @@ func (s *Server) pusherAuthorize(r *http.Request) (any, *rally.Rejection) {
 	pc := &pusherConn{socketID: newSocketID()}
 	app := s.pusherKeys[r.PathValue("key")]
 	if app == nil {
-		pc.refuse, pc.reason = pusherUnknownApp, "App key "+r.PathValue("key")+" not in this cluster"
+		pc.refuse = pusherUnknownApp
 		return pc, nil
 	}
 	pc.app = app
-	pc.tokens, pc.last = app.ClientEventRate, time.Now()
+	pc.tokens, pc.last = float32(app.ClientEventRate), time.Since(pusherEpoch)
 	if r.Context().Value(overCapacity{}) != nil {
-		pc.refuse, pc.reason = pusherOverCapacity, "Over capacity: the server is full, retry later"
+		pc.refuse = pusherOverCapacity
 		return pc, nil
 	}
 	if p, err := strconv.Atoi(r.URL.Query().Get("protocol")); err != nil || p < 5 || p > 7 {
-		pc.refuse, pc.reason = pusherBadProtocol, "Unsupported protocol version"
+		pc.refuse = pusherBadProtocol
 	}
 	return pc, nil
 }
@@ -93,7 +111,7 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 		a := pc.app
 		a.mu.Lock()
 		if a.MaxConnections > 0 && a.conns >= a.MaxConnections {
-			pc.refuse, pc.reason = pusherOverQuota, "Application is over connection quota"
+			pc.refuse = pusherOverQuota
 		} else {
 			a.conns++
 			a.sockets[pc.socketID] = c
@@ -101,8 +119,8 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 		a.mu.Unlock()
 	}
 	if pc.refuse != 0 {
-		pusherError(c, pc.refuse, pc.reason)
-		c.Close(uint16(pc.refuse), pc.reason)
+		pusherError(c, int(pc.refuse), refuseReason(pc.refuse))
+		c.Close(pc.refuse, refuseReason(pc.refuse))
 		return
 	}
 	data, _ := json.Marshal(map[string]any{"socket_id": pc.socketID, "activity_timeout": pusherActivityTimeout})
@@ -271,6 +289,7 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	}
 	var user string
 	var info []byte
+	charged := false // a presence member's charge was made
 	if id, ok := strings.CutPrefix(d.Channel, userChannel); ok && id != pc.user {
 		pusherSubscriptionError(c, d.Channel, "AuthError", "only the user "+id+", signed in, may subscribe to "+d.Channel, 401)
 		return
@@ -301,19 +320,33 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		}
 		info = cd.UserInfo
 		a.mu.Lock()
-		full := len(a.members[d.Channel]) >= a.MaxPresenceMembers && a.members[d.Channel][user] == nil
+		fresh := a.members[d.Channel][user] == nil
+		full := len(a.members[d.Channel]) >= a.MaxPresenceMembers && fresh
 		a.mu.Unlock()
 		if full {
 			pusherSubscriptionError(c, d.Channel, "LimitReached", "presence channel full: "+strconv.Itoa(a.MaxPresenceMembers)+" members", 400)
 			return
 		}
+		// A member new to this node is charged before it is kept.
+		if fresh {
+			if !a.mem().Reserve(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info)) {
+				s.m.refusals.WithLabelValues("presence_memory").Inc()
+				pusherSubscriptionError(c, d.Channel, "LimitReached", "the server's memory budget has no room for another presence member", 503)
+				return
+			}
+			charged = true
+		}
 	}
 	topic := a.topic(d.Channel)
 	if err := s.hub.Subscribe(c, topic); err != nil {
+		closed, noMemory := errors.Is(err, rally.ErrClosed), errors.Is(err, pubsub.ErrNoMemory)
+		if charged && (closed || noMemory) { // not subscribed: no member
+			a.mem().Release(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info))
+		}
 		switch {
-		case errors.Is(err, rally.ErrClosed):
+		case closed:
 			return
-		case errors.Is(err, pubsub.ErrNoMemory):
+		case noMemory:
 			s.m.refusals.WithLabelValues("subscriptions_memory").Inc()
 			pusherSubscriptionError(c, d.Channel, "LimitReached", "the server's memory budget has no room for another subscription", 503)
 			return
@@ -342,6 +375,16 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 			ms[user] = m
 			fresh = true
 			added = !cl.hasMember(a.ID, d.Channel, user)
+			switch n := pusherMemberCharge(d.Channel, user, info); {
+			case charged:
+				m.charge = n
+			case a.mem().Reserve(rally.MemorySubscriptions, n):
+				// Another connection of user was a member at the check
+				// and left since.
+				m.charge = n
+			}
+		} else if charged { // another connection of user made it first
+			a.mem().Release(rally.MemorySubscriptions, pusherMemberCharge(d.Channel, user, info))
 		}
 		m.conns++
 	}
@@ -442,6 +485,7 @@ func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 			m.conns--
 			if m.conns == 0 {
 				delete(a.members[channel], user)
+				a.mem().Release(rally.MemorySubscriptions, m.charge)
 				gone = true
 				removed = !cl.hasMember(a.ID, channel, user)
 			}
@@ -476,8 +520,8 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 		pusherError(c, pusherGeneric, "client event on "+m.Channel+", a channel this connection is not subscribed to")
 		return
 	}
-	now := time.Now()
-	pc.tokens = min(a.ClientEventRate, pc.tokens+now.Sub(pc.last).Seconds()*a.ClientEventRate)
+	now := time.Since(pusherEpoch)
+	pc.tokens = float32(min(a.ClientEventRate, float64(pc.tokens)+(now-pc.last).Seconds()*a.ClientEventRate))
 	pc.last = now
 	if pc.tokens < 1 {
 		s.m.refusals.WithLabelValues("pusher_client_event_rate").Inc()
@@ -487,12 +531,18 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 	pc.tokens--
 	// Relayed as it came: the data is the client's.
 	b, _ := json.Marshal(pusherMsg{Event: m.Event, Channel: m.Channel, Data: m.Data, UserID: user})
+	if !a.reserveCache([]pusherFrameOf{{m.Channel, b}}) {
+		s.m.refusals.WithLabelValues("pusher_cache_memory").Inc()
+		pusherError(c, pusherGeneric, "Client event rejected: the server's memory budget has no room for the cache channel's last event")
+		return
+	}
 	res, err := s.hub.PublishFrom(c, a.topic(m.Channel), rally.Text, b)
 	s.published("pusher", res, len(b))
 	if err != nil {
 		s.log.Warn("pusher client event: other nodes not reached", "err", err)
 	}
-	a.keep(m.Channel, b)
+	a.storeCache(m.Channel, b)
+	s.pusherCluster.tellCache(a.ID, m.Channel, b)
 	a.hook(hookEvent{Name: "client_event", Channel: m.Channel, Event: m.Event, Data: string(m.Data), SocketID: pc.socketID, UserID: user})
 }
 
@@ -563,7 +613,7 @@ func (s *Server) startPusher(conn rally.ConnOptions, compression *rally.Compress
 		if s.pusherKeys[app.Key] != nil || s.pusherIDs[app.ID] != nil {
 			return configErrorf("--pusher-app %s: two apps share an id or a key", app.ID)
 		}
-		a := newPusherApp(app)
+		a := newPusherApp(app, &s.budget)
 		if len(a.Webhooks) > 0 {
 			a.hooks = newWebhooks(ctx, &a.PusherApp, s.log)
 		}

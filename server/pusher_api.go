@@ -134,7 +134,12 @@ func (s *Server) pusherEvents(w http.ResponseWriter, r *http.Request, a *pusherA
 		pusherHTTPError(w, status, msg)
 		return
 	}
-	s.trigger(a, &e)
+	frames := eventFrames(&e)
+	if !a.reserveCache(frames) {
+		s.refuseNoMemory(w)
+		return
+	}
+	s.trigger(a, &e, frames)
 	if e.Info == "" {
 		w.Write([]byte("{}"))
 		return
@@ -166,10 +171,21 @@ func (s *Server) checkEvent(a *pusherApp, e *pusherEvent, maxChannels int) strin
 	return ""
 }
 
-// trigger delivers an event to the subscribers of its channels, on every
-// node, but for the connection e.SocketID names.
-func (s *Server) trigger(a *pusherApp, e *pusherEvent) {
+// eventFrames builds an event's frame for each of its channels.
+func eventFrames(e *pusherEvent) []pusherFrameOf {
 	data, _ := json.Marshal(e.Data)
+	out := make([]pusherFrameOf, len(e.Channels))
+	for i, ch := range e.Channels {
+		b, _ := json.Marshal(pusherMsg{Event: e.Name, Channel: ch, Data: data})
+		out[i] = pusherFrameOf{ch, b}
+	}
+	return out
+}
+
+// trigger delivers an event, its frames built (eventFrames) and what cache
+// channels keep of them charged (reserveCache), to the subscribers of its
+// channels, on every node, but for the connection e.SocketID names.
+func (s *Server) trigger(a *pusherApp, e *pusherEvent, frames []pusherFrameOf) {
 	var except *rally.Conn
 	if e.SocketID != "" {
 		a.mu.Lock()
@@ -179,13 +195,13 @@ func (s *Server) trigger(a *pusherApp, e *pusherEvent) {
 	// A socket_id of another node's connection: that node leaves it out
 	// (told through the cluster, not the channel's topic).
 	elsewhere := e.SocketID != "" && except == nil && s.pusherCluster != nil
-	for _, ch := range e.Channels {
-		b, _ := json.Marshal(pusherMsg{Event: e.Name, Channel: ch, Data: data})
+	for _, f := range frames {
+		ch, b := f.channel, f.frame
 		if elsewhere {
 			res, _ := s.hub.PublishLocal(nil, a.topic(ch), rally.Text, b)
 			s.published("pusher_api", res, len(b))
 			s.pusherCluster.tell(pusherNote{Ev: "event", App: a.ID, Channel: ch, SocketID: e.SocketID, Frame: b})
-			a.keep(ch, b)
+			a.storeCache(ch, b)
 			continue
 		}
 		res, err := s.hub.PublishFrom(except, a.topic(ch), rally.Text, b)
@@ -193,17 +209,17 @@ func (s *Server) trigger(a *pusherApp, e *pusherEvent) {
 		if err != nil {
 			s.log.Warn("pusher event: other nodes not reached", "err", err)
 		}
-		a.keep(ch, b)
+		a.storeCache(ch, b)
+		s.pusherCluster.tellCache(a.ID, ch, b)
 	}
 }
 
-// keep keeps event b as the last of channel ch, if it is a cache channel.
-func (a *pusherApp) keep(ch string, b []byte) {
-	if isCache(ch) {
-		a.mu.Lock()
-		a.cache[ch] = b
-		a.mu.Unlock()
-	}
+// refuseNoMemory answers an API call whose cache channels' events the
+// memory budget has no room to keep: nothing was published.
+func (s *Server) refuseNoMemory(w http.ResponseWriter) {
+	s.m.refusals.WithLabelValues("pusher_cache_memory").Inc()
+	w.Header().Set("Retry-After", "1")
+	pusherHTTPError(w, http.StatusServiceUnavailable, "the server's memory budget has no room for the cache channels' last event; nothing was triggered, retry later")
 }
 
 func (s *Server) pusherBatch(w http.ResponseWriter, r *http.Request, a *pusherApp, body []byte) {
@@ -230,10 +246,21 @@ func (s *Server) pusherBatch(w http.ResponseWriter, r *http.Request, a *pusherAp
 		}
 		info = info || e.Info != ""
 	}
+	// Charged for the whole batch first: all of it is triggered, or none.
+	frames := make([][]pusherFrameOf, len(req.Batch))
+	var all []pusherFrameOf
+	for i := range req.Batch {
+		frames[i] = eventFrames(&req.Batch[i])
+		all = append(all, frames[i]...)
+	}
+	if !a.reserveCache(all) {
+		s.refuseNoMemory(w)
+		return
+	}
 	out := make([]any, 0, len(req.Batch))
 	for i := range req.Batch {
 		e := &req.Batch[i]
-		s.trigger(a, e)
+		s.trigger(a, e, frames[i])
 		if e.Info != "" {
 			out = append(out, a.channelInfo(s, e.Channels[0], e.Info))
 		} else {

@@ -115,19 +115,25 @@ type pusherApp struct {
 	cache    map[string][]byte                   // cache channel: its last event
 	users    map[string]map[*rally.Conn]bool
 	hooks    *webhooks
+	// budget is the server's memory budget (made after the apps), charged
+	// for the members of this node's connections (subscriptions) and the
+	// cached events (recovery): see mem.
+	budget **rally.MemoryBudget
 }
 
 // pusherMember is one user of a presence channel: what it said of itself and
 // how many of its connections are subscribed.
 type pusherMember struct {
-	info  []byte // JSON, or nil
-	conns int
+	info   []byte // JSON, or nil
+	conns  int
+	charge int64 // to the budget's subscriptions
 }
 
-func newPusherApp(a PusherApp) *pusherApp {
+func newPusherApp(a PusherApp, budget **rally.MemoryBudget) *pusherApp {
 	a.fill()
 	return &pusherApp{
 		PusherApp: a,
+		budget:    budget,
 		sockets:   map[string]*rally.Conn{},
 		channels:  map[string]int{},
 		members:   map[string]map[string]*pusherMember{},
@@ -136,7 +142,86 @@ func newPusherApp(a PusherApp) *pusherApp {
 	}
 }
 
+// mem is the server's memory budget (nil, which charges nothing, in
+// tests of the app alone).
+func (a *pusherApp) mem() *rally.MemoryBudget {
+	if a.budget == nil {
+		return nil
+	}
+	return *a.budget
+}
+
 // topic is the hub topic of one of the app's channels.
 func (a *pusherApp) topic(channel string) string {
 	return "pusher/" + a.ID + "/" + channel
+}
+
+// What a presence member and a cached event hold beside their strings, in
+// the maps that keep them, on a 64-bit machine (charged to the budget).
+const (
+	pusherMemberCost = 192
+	pusherCacheCost  = 96
+)
+
+// memberCharge is what a member of channel, user with info, holds.
+func pusherMemberCharge(channel, user string, info []byte) int64 {
+	return pusherMemberCost + int64(len(channel)+len(user)+len(info))
+}
+
+// cacheCharge is what the cached event b of channel holds.
+func pusherCacheCharge(channel string, b []byte) int64 {
+	return pusherCacheCost + int64(len(channel)+len(b))
+}
+
+// reserveCache charges the budget for the events of frames (channel:
+// frame) that cache channels would keep, before they are published, and
+// reports whether it had room; storeCache keeps them then.
+func (a *pusherApp) reserveCache(frames []pusherFrameOf) bool {
+	var n int64
+	for _, f := range frames {
+		if isCache(f.channel) {
+			n += pusherCacheCharge(f.channel, f.frame)
+		}
+	}
+	return a.mem().Reserve(rally.MemoryRecovery, n)
+}
+
+// pusherFrameOf is an event's frame on one channel.
+type pusherFrameOf struct {
+	channel string
+	frame   []byte
+}
+
+// storeCache keeps b as the last event of cache channel ch, its charge
+// made (reserveCache), giving back the charge of the event it replaces.
+func (a *pusherApp) storeCache(ch string, b []byte) {
+	if !isCache(ch) {
+		return
+	}
+	a.mu.Lock()
+	if old, ok := a.cache[ch]; ok {
+		a.mem().Release(rally.MemoryRecovery, pusherCacheCharge(ch, old))
+	}
+	a.cache[ch] = b
+	a.mu.Unlock()
+}
+
+// keep keeps b as the last event of channel ch, if it is a cache channel,
+// charging the budget. Without room, ch keeps no event (its next
+// subscriber gets cache_miss, not an older event) and keep reports false.
+func (a *pusherApp) keep(ch string, b []byte) bool {
+	if !isCache(ch) {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.cache[ch]; ok {
+		a.mem().Release(rally.MemoryRecovery, pusherCacheCharge(ch, old))
+		delete(a.cache, ch)
+	}
+	if !a.mem().Reserve(rally.MemoryRecovery, pusherCacheCharge(ch, b)) {
+		return false
+	}
+	a.cache[ch] = b
+	return true
 }

@@ -51,7 +51,9 @@ type pusherAppState struct {
 type pusherNote struct {
 	Node string `json:"node"`
 	// Ev is state (Apps), subs (App, Channel, Subs), member (App,
-	// Channel, User, Info, On), terminate (App, User), hello or bye.
+	// Channel, User, Info, On), terminate (App, User), event (below),
+	// cache (a cache channel's last event, Frame, for every node to keep,
+	// subscribers or not), hello or bye.
 	Ev      string                     `json:"ev"`
 	Apps    map[string]*pusherAppState `json:"apps,omitempty"`
 	App     string                     `json:"app,omitempty"`
@@ -220,6 +222,11 @@ func (pc *pusherCluster) receive(msg *nats.Msg) {
 		pc.s.delivered(res, len(n.Frame))
 		a.keep(n.Channel, bytes.Clone(n.Frame))
 		return
+	case "cache":
+		if a := pc.s.pusherIDs[n.App]; a != nil && isCache(n.Channel) && validChannel(n.Channel) && isPusherFrame(a.topic(n.Channel), n.Frame) {
+			a.keep(n.Channel, bytes.Clone(n.Frame))
+		}
+		return
 	case "terminate":
 		if a := pc.s.pusherIDs[n.App]; a != nil {
 			a.terminate(n.User)
@@ -342,10 +349,12 @@ func (pc *pusherCluster) addRemote(app string, channels map[string]int, members 
 }
 
 // pusherDelivered keeps the last event of a cache channel that came from
-// another node, for this node's next subscribers.
+// another node, for this node's next subscribers. With the Pusher cluster
+// every node keeps it from the cluster's cache note instead, which reaches
+// the nodes without subscribers too (tellCache).
 func (s *Server) pusherDelivered(m pubsub.Message) {
 	rest, ok := strings.CutPrefix(m.Topic, "pusher/")
-	if !ok {
+	if !ok || s.pusherCluster != nil {
 		return
 	}
 	id, ch, _ := strings.Cut(rest, "/")
@@ -354,4 +363,13 @@ func (s *Server) pusherDelivered(m pubsub.Message) {
 		return
 	}
 	a.keep(ch, bytes.Clone(m.Payload))
+}
+
+// tellCache tells the other nodes the last event b of cache channel ch,
+// so that a subscriber on any node gets it rather than cache_miss.
+func (pc *pusherCluster) tellCache(app, ch string, b []byte) {
+	if pc == nil || !isCache(ch) {
+		return
+	}
+	pc.tell(pusherNote{Ev: "cache", App: app, Channel: ch, Frame: b})
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,7 +112,7 @@ func apiRequest(t testing.TB, ts *testServer, app PusherApp, method, path string
 // The signatures of the protocol, against values computed from Pusher's
 // documented algorithm (HMAC-SHA256, hex) outside this code.
 func TestPusherSignatureVectors(t *testing.T) {
-	a := newPusherApp(testApp)
+	a := newPusherApp(testApp, nil)
 	for _, c := range []struct{ msg, sig string }{
 		{"1234.1234:private-foobar", "58df8b0c36d6982b82c3ecf6b4662e34fe8c25bba48f5369f135bf843651c3a4"},
 		{`1234.1234:presence-foobar:{"user_id":10,"user_info":{"name":"Mr. Channels"}}`, "31935e7d86dba64c2a90aed31fdc61869f9b22ba9d8863bba239c03ca481bc80"},
@@ -543,4 +544,217 @@ func TestPusherOverHTTP2(t *testing.T) {
 	if ev, ch, _ := pusherRead(t, c); ev != "pusher_internal:subscription_succeeded" || ch != "h2" {
 		t.Fatalf("subscribe over HTTP/2: %q %q", ev, ch)
 	}
+}
+
+// Presence members and cache channels' last events are charged to the
+// memory budget while they are held, once however many connections of a
+// user are members, and given back.
+func TestPusherMembersAndCachedEventsAreChargedAndGivenBack(t *testing.T) {
+	ts := pusherServe(t)
+	a := pusherDial(t, ts, testApp.Key)
+	a.subscribe(testApp, "private-first", "") // a connection's first costs more
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-first")
+	before := charged(ts, rally.MemorySubscriptions).Used
+	a.subscribe(testApp, "private-plain", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-plain")
+	plain := charged(ts, rally.MemorySubscriptions).Used - before
+	before = charged(ts, rally.MemorySubscriptions).Used
+	info := `{"name":"` + strings.Repeat("A", 1000) + `"}`
+	a.subscribe(testApp, "presence-roomy", `{"user_id":"alice","user_info":`+info+`}`)
+	a.expectEvent("pusher_internal:subscription_succeeded", "presence-roomy")
+	member := charged(ts, rally.MemorySubscriptions).Used - before
+	if member-plain < pusherMemberCost+1000 {
+		t.Fatalf("a presence subscription charged %d bytes, a private one %d: the member (1 KB of user_info) is not charged", member, plain)
+	}
+	// alice's second connection adds a subscription, not a member.
+	a2 := pusherDial(t, ts, testApp.Key)
+	before = charged(ts, rally.MemorySubscriptions).Used
+	a2.subscribe(testApp, "presence-roomy", `{"user_id":"alice","user_info":`+info+`}`)
+	a2.expectEvent("pusher_internal:subscription_succeeded", "presence-roomy")
+	if again := charged(ts, rally.MemorySubscriptions).Used - before; again >= member {
+		t.Fatalf("alice's second connection charged %d bytes, her first %d: the member is charged twice", again, member)
+	}
+
+	cached := charged(ts, rally.MemoryRecovery).Used
+	event := `{"name":"price","channel":"cache-price","data":"` + strings.Repeat("9", 2000) + `"}`
+	for range 3 { // each replaces the last: charged once
+		if status, body := apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil, event); status != 200 {
+			t.Fatalf("trigger: %d %s", status, body)
+		}
+	}
+	if held := charged(ts, rally.MemoryRecovery).Used - cached; held < 2000 || held > 2*2000 {
+		t.Fatalf("three 2 KB events on a cache channel charged %d bytes; the last one alone is held", held)
+	}
+	a.c.CloseNow()
+	a2.c.CloseNow()
+	awaitCharge(t, ts, rally.MemorySubscriptions)
+}
+
+// When the memory budget has no room, a presence member new to the node,
+// a cache channel's event triggered over the API and a client event on a
+// cache channel are refused in the protocol, and nothing is held; with
+// room again they go through.
+func TestPusherRefusesMembersAndCachedEventsPastTheBudget(t *testing.T) {
+	budget := rally.NewMemoryBudget(64 << 20)
+	ts := serve(t, Config{PusherApps: []PusherApp{testApp}, Protection: Protection{MemoryBudget: budget}})
+	a := pusherDial(t, ts, testApp.Key)
+	b := pusherDial(t, ts, testApp.Key)
+	b.subscribe(testApp, "private-cache-feed", "")
+	b.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
+	b.expectEvent("pusher:cache_miss", "private-cache-feed")
+	a.subscribe(testApp, "private-cache-feed", "")
+	a.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
+	a.expectEvent("pusher:cache_miss", "private-cache-feed")
+
+	// What connections may hold stops at 75% of the limit (request heads
+	// may go further): take the budget just past it.
+	fill := budget.Limit()*78/100 - budget.Used()
+	if !budget.Reserve(rally.MemoryHandshakes, fill) {
+		t.Fatal("reserve refused")
+	}
+	a.subscribe(testApp, "presence-full", `{"user_id":"alice"}`)
+	var se struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	json.Unmarshal([]byte(a.expectEvent("pusher:subscription_error", "presence-full")), &se)
+	if se.Status != 503 || se.Type != "LimitReached" {
+		t.Fatalf("presence member past the budget: %+v, want LimitReached 503", se)
+	}
+	status, body := apiRequest(t, ts, testApp, "POST", "/apps/3/events", nil, `{"name":"tick","channel":"private-cache-feed","data":"1"}`)
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("trigger on a cache channel past the budget: %d %s, want 503", status, body)
+	}
+	status, body = apiRequest(t, ts, testApp, "POST", "/apps/3/batch_events", nil, `{"batch":[{"name":"tick","channel":"news","data":"1"},{"name":"tick","channel":"cache-x","data":"1"}]}`)
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("batch with a cache channel past the budget: %d %s, want 503", status, body)
+	}
+	a.send(`{"event":"client-tick","channel":"private-cache-feed","data":{}}`)
+	if data := a.expectEvent("pusher:error", ""); !strings.Contains(data, "4302") || !strings.Contains(data, "memory") {
+		t.Fatalf("client event on a cache channel past the budget: %s", data)
+	}
+	if n := metric(t, ts.http, `rally_limit_refusals_total{limit="pusher_cache_memory"}`); n != 3 {
+		t.Errorf("pusher_cache_memory refusals = %v, want 3", n)
+	}
+
+	budget.Release(rally.MemoryHandshakes, fill)
+	a.subscribe(testApp, "presence-full", `{"user_id":"alice"}`)
+	a.expectEvent("pusher_internal:subscription_succeeded", "presence-full")
+	a.send(`{"event":"client-tick","channel":"private-cache-feed","data":{"n":1}}`)
+	if m := b.next(); !strings.Contains(m, `"client-tick"`) {
+		t.Fatalf("client event with room again: b got %s (nothing refused may have reached it)", m)
+	}
+	c := pusherDial(t, ts, testApp.Key)
+	c.subscribe(testApp, "private-cache-feed", "")
+	c.expectEvent("pusher_internal:subscription_succeeded", "private-cache-feed")
+	c.expectEvent("client-tick", "private-cache-feed")
+}
+
+// hookLog records the webhook events one node sends.
+type hookLog struct {
+	mu     sync.Mutex
+	events []hookEvent
+}
+
+func newHookLog(t *testing.T) (*hookLog, string) {
+	h := &hookLog{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Events []hookEvent }
+		json.NewDecoder(r.Body).Decode(&body)
+		h.mu.Lock()
+		h.events = append(h.events, body.Events...)
+		h.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return h, srv.URL
+}
+
+// count is how many events so far are name on channel (with event, for
+// client events).
+func (h *hookLog) count(name, channel, event string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.events {
+		if e.Name == name && e.Channel == channel && e.Event == event {
+			n++
+		}
+	}
+	return n
+}
+
+// await waits until the node has sent an event name on channel.
+func (h *hookLog) await(t *testing.T, name, channel, event string) {
+	t.Helper()
+	pollUntil(t, func() (bool, string) {
+		return h.count(name, channel, event) > 0, fmt.Sprintf("no %s %s %s webhook", name, channel, event)
+	})
+}
+
+// marker sends a client event from c and waits for its client_event
+// webhook from c's node: a node sends its webhooks in order, so any it
+// queued before (a duplicate, say) has arrived by then.
+func (h *hookLog) marker(t *testing.T, c *pusherClient, channel, event string) {
+	t.Helper()
+	c.send(`{"event":"` + event + `","channel":"` + channel + `","data":{}}`)
+	h.await(t, "client_event", channel, event)
+}
+
+// Two nodes, each with its own webhook URL: a client event's and a cache
+// miss's webhooks are sent once in the cluster, by the node where they
+// happened; a cache channel's last event triggered on one node is replayed
+// to a subscriber on the other, with no cache_miss.
+func TestPusherClientEventAndCacheMissWebhooksOncePerCluster(t *testing.T) {
+	hooksA, urlA := newHookLog(t)
+	hooksB, urlB := newHookLog(t)
+	appA, appB := testApp, testApp
+	appA.Webhooks, appB.Webhooks = []string{urlA}, []string{urlB}
+	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}, PusherApps: []PusherApp{appA}})
+	b := serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS.ClientURL()}, PusherApps: []PusherApp{appB}})
+	onA := pusherDial(t, a, testApp.Key)
+	onB := pusherDial(t, b, testApp.Key)
+	for _, c := range []*pusherClient{onA, onB} {
+		c.subscribe(testApp, "private-chat", "")
+		c.expectEvent("pusher_internal:subscription_succeeded", "private-chat")
+	}
+	// B's subscription is known on A once A's channel count has it (a
+	// node's subscription reaches NATS before its note).
+	pusherAwait(t, a, "/apps/3/channels/private-chat", url.Values{"info": {"subscription_count"}}, `"subscription_count":2`)
+
+	onA.send(`{"event":"client-hi","channel":"private-chat","data":{}}`)
+	onB.expectEvent("client-hi", "private-chat")
+	hooksA.await(t, "client_event", "private-chat", "client-hi")
+	hooksB.marker(t, onB, "private-chat", "client-mark-b")
+	onA.expectEvent("client-mark-b", "private-chat")
+	hooksA.marker(t, onA, "private-chat", "client-mark-a")
+	onB.expectEvent("client-mark-a", "private-chat")
+	if na, nb := hooksA.count("client_event", "private-chat", "client-hi"), hooksB.count("client_event", "private-chat", "client-hi"); na != 1 || nb != 0 {
+		t.Fatalf("client_event webhooks: %d from A (where it was sent), %d from B; want 1 and 0", na, nb)
+	}
+
+	onB.subscribe(testApp, "cache-none", "")
+	onB.expectEvent("pusher_internal:subscription_succeeded", "cache-none")
+	onB.expectEvent("pusher:cache_miss", "cache-none")
+	pusherAwait(t, a, "/apps/3/channels/cache-none", url.Values{"info": {"subscription_count"}}, `"subscription_count":1`)
+	hooksA.marker(t, onA, "private-chat", "client-mark-a2")
+	onB.expectEvent("client-mark-a2", "private-chat")
+	hooksB.marker(t, onB, "private-chat", "client-mark-b2")
+	if na, nb := hooksA.count("cache_miss", "cache-none", ""), hooksB.count("cache_miss", "cache-none", ""); na != 0 || nb != 1 {
+		t.Fatalf("cache_miss webhooks: %d from A, %d from B (where it was missed); want 0 and 1", na, nb)
+	}
+
+	// A cache channel with no subscriber anywhere: triggered on A, its
+	// event reaches B for B's first subscriber.
+	if status, body := apiRequest(t, a, testApp, "POST", "/apps/3/events", nil, `{"name":"price","channel":"cache-price","data":"42"}`); status != 200 {
+		t.Fatalf("trigger: %d %s", status, body)
+	}
+	// (The note that carries it may arrive after the trigger's answer.)
+	c := pusherDial(t, b, testApp.Key)
+	pollUntil(t, func() (bool, string) {
+		c.subscribe(testApp, "cache-price", "")
+		c.expectEvent("pusher_internal:subscription_succeeded", "cache-price")
+		ev, _, data := pusherRead(t, c.client)
+		c.send(`{"event":"pusher:unsubscribe","data":{"channel":"cache-price"}}`)
+		return ev == "price" && data == "42", "a subscriber on B got " + ev + " " + data + ", not the event cached on A"
+	})
 }

@@ -3,13 +3,17 @@
 // pusher-js, and the `pusher` server SDK. It prints one line per check
 // passed and exits 0, or prints the failure and exits 1.
 //
-//   node pusher-scenario.mjs '{"hostA":"127.0.0.1:1234","hostB":"...","appId":"..","key":"..","secret":"..","webhookPort":0}'
+//   node pusher-scenario.mjs '{"hostA":"127.0.0.1:1234","hostB":"...","appId":"..","key":"..","secret":"..","webhookPort":0,"fullHost":""}'
 //
 // hostB is a second node sharing the cluster (the same as hostA on one node).
+// fullHost, when given, is a server with room for one connection (pusher-js
+// meets 4100 there).
+import crypto from 'node:crypto';
 import http from 'node:http';
 import Pusher from 'pusher';
 import PusherJS from 'pusher-js';
 import EchoPkg from 'laravel-echo';
+import WebSocket from 'ws';
 
 const Echo = EchoPkg.default ?? EchoPkg;
 const cfg = JSON.parse(process.argv[2]);
@@ -37,9 +41,12 @@ async function repeat(p, send, what) {
 }
 function hostPort(h) { const [host, port] = h.split(':'); return { host, port: Number(port) }; }
 
+// The master key of end-to-end encrypted channels: the SDK encrypts with it
+// and hands pusher-js each channel's key; rally never sees it.
+const masterKey = crypto.randomBytes(32).toString('base64');
 function sdk(hostport, secret = cfg.secret) {
 	const { host, port } = hostPort(hostport);
-	return new Pusher({ appId: cfg.appId, key: cfg.key, secret, host, port: String(port), useTLS: false });
+	return new Pusher({ appId: cfg.appId, key: cfg.key, secret, host, port: String(port), useTLS: false, encryptionMasterKeyBase64: masterKey });
 }
 const apiA = sdk(cfg.hostA);
 const apiB = sdk(cfg.hostB);
@@ -88,9 +95,10 @@ if (cfg.webhookPort) {
 	});
 	await new Promise((r) => hookServer.listen(cfg.webhookPort, '127.0.0.1', r));
 }
-async function webhook(name, channel) {
+async function webhook(name, channel, pred = () => true) {
 	for (;;) {
-		if (hooks.some((e) => e.name === name && e.channel === channel)) return;
+		const e = hooks.find((e) => e.name === name && e.channel === channel && pred(e));
+		if (e) return e;
 		await new Promise((r) => hookWaiters.push(r));
 	}
 }
@@ -116,6 +124,32 @@ function subscribed(ch) {
 	}), 'subscribed ' + ch.name);
 }
 function next(ch, event) { return within(new Promise((res) => ch.bind(event, res)), event + ' on ' + ch.name); }
+// nextError resolves with the code of p's next pusher:error (or close)
+// whose code is not in skip.
+function nextError(p, what, skip = []) {
+	return within(new Promise((res) => {
+		const f = (e) => {
+			const code = e?.error?.data?.code ?? e?.data?.code ?? e?.error?.code;
+			if (skip.includes(code)) return;
+			p.connection.unbind('error', f);
+			res(code);
+		};
+		p.connection.bind('error', f);
+	}), what);
+}
+// occupied waits until api's node reports channel occupied: a node's
+// subscription reaches NATS before the other nodes hear of it, so from then
+// on what the other node publishes on the channel reaches it.
+async function occupied(api, channel) {
+	await within((async () => {
+		for (;;) {
+			if ((await (await api.get({ path: '/channels/' + channel })).json()).occupied) return;
+			await new Promise((r) => setTimeout(r, 50));
+		}
+	})(), channel + ' occupied');
+}
+// states records p's connection states from now on.
+function states(p) { const seen = []; p.connection.bind('state_change', (s) => seen.push(s.current)); return seen; }
 
 try {
 	const a = client(cfg.hostA, 'alice');
@@ -142,7 +176,7 @@ try {
 	// Private channel and client events: relayed, not echoed.
 	const privA = a.subscribe('private-room');
 	const privB = b.subscribe('private-room');
-	await subscribed(privA); await subscribed(privB);
+	await Promise.all([subscribed(privA), subscribed(privB)]); // either may answer first
 	let echoed = false;
 	privA.bind('client-typing', () => { echoed = true; });
 	got = next(privB, 'client-typing');
@@ -160,6 +194,7 @@ try {
 	// Presence: members across nodes, member_added/removed, users API.
 	const presA = a.subscribe('presence-lobby');
 	await subscribed(presA);
+	await occupied(apiB, 'presence-lobby');
 	const added = next(presA, 'pusher:member_added');
 	const presB = b.subscribe('presence-lobby');
 	await subscribed(presB);
@@ -231,8 +266,99 @@ try {
 	stranger.disconnect();
 	ok('unknown app key: pusher:error 4001');
 
+	// End-to-end encrypted channel: the SDK encrypts, pusher-js decrypts
+	// with the key the auth endpoint gave it, and rally relays ciphertext.
+	const vault = a.subscribe('private-encrypted-vault');
+	await subscribed(vault);
+	const { host: rawHost, port: rawPort } = hostPort(cfg.hostA);
+	const raw = new WebSocket(`ws://${rawHost}:${rawPort}/app/${cfg.key}?protocol=7&client=raw&version=1`);
+	const rawFrames = [];
+	const rawEvent = within(new Promise((res) => raw.on('message', (m) => {
+		const msg = JSON.parse(m);
+		rawFrames.push(msg);
+		if (msg.event === 'pusher:connection_established') {
+			const channel = 'private-encrypted-vault';
+			const { auth } = apiA.authorizeChannel(JSON.parse(msg.data).socket_id, channel);
+			raw.send(JSON.stringify({ event: 'pusher:subscribe', data: { channel, auth } }));
+		}
+		if (msg.event === 'secret') res(msg);
+	})), 'encrypted event on a raw socket');
+	await within(new Promise((res) => { const t = setInterval(() => { if (rawFrames.some((f) => f.event === 'pusher_internal:subscription_succeeded')) { clearInterval(t); res(); } }, 20); }), 'raw subscription');
+	got = next(vault, 'secret');
+	if ((await repeat(got, () => apiB.trigger('private-encrypted-vault', 'secret', { word: 'swordfish' }), 'encrypted event')).word !== 'swordfish') fail('decrypted data');
+	const wire = JSON.parse((await rawEvent).data);
+	if (!wire.ciphertext || !wire.nonce || JSON.stringify(wire).includes('swordfish')) fail('encrypted channel carried ' + JSON.stringify(wire));
+	raw.close();
+	ok('private-encrypted channel: SDK encryptionMasterKeyBase64 to pusher-js, ciphertext on the wire');
+
+	// Errors that keep the connection: a client event past the app's rate
+	// (4301) and one on a public channel (4302); pusher-js reports them and
+	// stays connected.
+	const rateB = b.subscribe('private-rate');
+	await subscribed(rateB);
+	let relayed = 0;
+	b.channel('private-rate').bind('client-burst', () => { relayed++; });
+	const rateA = a.subscribe('private-rate');
+	await subscribed(rateA);
+	const rateErr = nextError(a, '4301');
+	for (let i = 0; i < 100; i++) rateA.trigger('client-burst', { i });
+	const rateCode = await rateErr;
+	if (rateCode !== 4301) fail('client events past the rate: code ' + rateCode);
+	got = next(rateB, 'after');
+	await repeat(got, () => apiA.trigger('private-rate', 'after', {}), 'event after the burst');
+	if (relayed >= 100 || a.connection.state !== 'connected') fail(`after 4301: ${relayed} of 100 relayed, state ${a.connection.state}`);
+	const pubErr = nextError(a, '4302', [4301]); // the burst's last 4301s may still come
+	pubA.trigger('client-public', {});
+	if ((await pubErr) !== 4302 || a.connection.state !== 'connected') fail('client event on a public channel');
+	ok(`pusher:error 4301 past the client-event rate (${relayed} of 100 relayed) and 4302 on a public channel; pusher-js stays connected`);
+
+	// Terminating a user's connections (on the other node's API): pusher-js
+	// gets 4009 and, as the protocol says for 4000-4099, does not reconnect.
+	const d = client(cfg.hostA, 'dave');
+	await connected(d);
+	d.signin();
+	await within(new Promise((res) => { const t = setInterval(() => { if (d.user.user_data) { clearInterval(t); res(); } }, 20); }), 'signin of d');
+	const dStates = states(d);
+	const dErr = nextError(d, 'terminate');
+	const dProbe = client(cfg.hostA, 'dave');
+	await connected(dProbe);
+	await apiB.terminateUserConnections(d.user.user_data.id);
+	const dCode = await dErr;
+	await within(new Promise((res) => { if (d.connection.state === 'disconnected') res(); d.connection.bind('disconnected', res); }), 'disconnected after terminate');
+	if (dCode !== 4009) fail('terminate: code ' + dCode);
+	if (dProbe.connection.state !== 'connected') fail('terminate closed a connection of no signed-in user');
+	dProbe.disconnect();
+	ok('terminateUserConnections (SDK, other node): pusher-js gets 4009 and is disconnected');
+
+	// 4100: a server with room for one connection; pusher-js backs off and
+	// connects once the room is free.
+	if (cfg.fullHost) {
+		const first = client(cfg.fullHost, '');
+		await connected(first);
+		const second = client(cfg.fullHost, '');
+		const fullCode = await nextError(second, '4100');
+		if (fullCode !== 4100) fail('over capacity: code ' + fullCode);
+		first.disconnect();
+		await connected(second);
+		second.disconnect();
+		ok('pusher:error 4100 when the server is full; pusher-js backs off and connects when there is room');
+	}
+
+	if (cfg.webhookPort) {
+		await within(webhook('member_added', 'presence-lobby', (e) => e.user_id === 'bob'), 'member_added webhook');
+		await within(webhook('member_removed', 'presence-lobby', (e) => e.user_id === 'bob'), 'member_removed webhook');
+		const ce = await within(webhook('client_event', 'private-room', (e) => e.event === 'client-typing'), 'client_event webhook');
+		if (ce.socket_id !== a.connection.socket_id || JSON.parse(ce.data).who !== 'alice') fail('client_event webhook ' + JSON.stringify(ce));
+		const cw = await within(webhook('client_event', 'presence-lobby', (e) => e.event === 'client-wave'), 'presence client_event webhook');
+		if (cw.user_id !== 'alice') fail('presence client_event webhook ' + JSON.stringify(cw));
+		await within(webhook('cache_miss', 'cache-empty'), 'cache_miss webhook');
+		ok('webhooks member_added, member_removed, client_event (with user_id on presence) and cache_miss verified by the SDK');
+	}
+
 	a.disconnect(); b.disconnect();
 	if (cfg.webhookPort) { await within(webhook('channel_vacated', 'news'), 'channel_vacated webhook'); ok('webhook channel_vacated verified by the SDK'); }
+	if (dStates.includes('connecting')) fail('pusher-js reconnected after terminate: ' + dStates.join());
+	ok('pusher-js did not reconnect after 4009 (states ' + dStates.join() + ')');
 	auth.close(); hookServer?.close();
 	console.log('done');
 	process.exit(0);
