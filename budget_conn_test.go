@@ -143,7 +143,7 @@ func TestHeldMessagesTakeOnlyTheirShareAndTheLargestAreShedWith1013(t *testing.T
 			if ce.Code != rally.CloseTryAgainLater {
 				t.Errorf("Server.Close got %v, want 1013", ce)
 			}
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("Server.Close was not called three times")
 		}
 	}

@@ -58,7 +58,7 @@ func answerClose(p *rawpeer.Peer, rallyIsServer bool) <-chan []string {
 func TestCloseInsideTheCallersOwnCorkCompletesTheHandshake(t *testing.T) {
 	for _, side := range []string{"Server", "Client"} {
 		t.Run(side, func(t *testing.T) {
-			opts := rally.ConnOptions{CloseTimeout: wireTimeout}
+			opts := rally.ConnOptions{CloseTimeout: wireTimeout()}
 			var c *rally.Conn
 			var p *rawpeer.Peer
 			if side == "Server" {
@@ -132,7 +132,7 @@ func TestCloseFromOnDrainSendsAndReturnsAtOnceInEveryMode(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Close from OnDrain = %v, want nil", err)
 			}
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("Close from OnDrain did not return before the peer answered")
 		}
 		if err := p.WriteFrame(rawpeer.Close(1000, "")); err != nil {
@@ -157,7 +157,7 @@ func TestCloseFromOnDrainSendsAndReturnsAtOnceInEveryMode(t *testing.T) {
 		t.Run(reader, func(t *testing.T) {
 			var cur atomic.Pointer[drainCloser] // each side's own
 			onDrain := func(c *rally.Conn) { cur.Load().onDrain(c) }
-			stalledSides(t, rally.ConnOptions{BufferLimit: -1, CloseTimeout: 2 * wireTimeout, OnDrain: onDrain},
+			stalledSides(t, rally.ConnOptions{BufferLimit: -1, CloseTimeout: 2 * wireTimeout(), OnDrain: onDrain},
 				func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool) {
 					d := newDrainCloser()
 					cur.Store(d)
@@ -176,7 +176,7 @@ func TestCloseFromOnDrainSendsAndReturnsAtOnceInEveryMode(t *testing.T) {
 						select {
 						case ce := <-ended:
 							return ce
-						case <-time.After(2 * wireTimeout):
+						case <-time.After(2 * wireTimeout()):
 							t.Fatal("the connection did not end after the peer answered")
 							return nil
 						}
@@ -207,7 +207,7 @@ func TestServedConnectionsCallsMeanTheSameInBothModes(t *testing.T) {
 			var c *rally.Conn
 			select {
 			case c = <-opened:
-			case <-time.After(wireTimeout):
+			case <-time.After(wireTimeout()):
 				t.Fatal("Server.Open was not called")
 			}
 			if _, _, err := c.Read(ctxT(t)); err == nil || errors.Is(err, context.DeadlineExceeded) {

@@ -210,7 +210,7 @@ func TestServerRefusesAMalformedExtensionsHeaderWith400(t *testing.T) {
 	for _, offer := range []string{"permessage-deflate; =1", "permessage-deflate;;", `permessage-deflate; server_max_window_bits="1`, ", ,permessage-deflate x"} {
 		t.Run(offer, func(t *testing.T) {
 			s := &rally.Server{Options: &rally.AcceptOptions{Compression: &rally.CompressionOptions{}}}
-			_, resp, err := rawpeer.DialClient(serve(t, s), "/", extHeader(offer), wireTimeout)
+			_, resp, err := rawpeer.DialClient(serve(t, s), "/", extHeader(offer), wireTimeout())
 			if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("handshake with %q: response %v, error %v; want 400", offer, resp, err)
 			}
@@ -235,7 +235,7 @@ func dialAnswered(t *testing.T, opts *rally.DialOptions, answer string) (offer [
 			ch <- result{}
 			return
 		}
-		p, r, _ := rawpeer.AcceptServer(nc, extHeader(answer), wireTimeout)
+		p, r, _ := rawpeer.AcceptServer(nc, extHeader(answer), wireTimeout())
 		ch <- result{p, r}
 	}()
 	c, _, err = rally.Dial(ctxT(t), "ws://"+ln.Addr().String()+"/", opts)
@@ -680,7 +680,7 @@ func fanOut(t *testing.T, opts *rally.CompressionOptions, offer string, n int) (
 	var conns []*rally.Conn
 	var peers []*rawpeer.Peer
 	for range n {
-		p, _, err := rawpeer.DialClient(addr, "/", extHeader(offer), wireTimeout)
+		p, _, err := rawpeer.DialClient(addr, "/", extHeader(offer), wireTimeout())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -688,7 +688,7 @@ func fanOut(t *testing.T, opts *rally.CompressionOptions, offer string, n int) (
 		select {
 		case c := <-opened:
 			conns = append(conns, c)
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("Server.Open was not called")
 		}
 		peers = append(peers, p)
@@ -883,7 +883,7 @@ func TestCompressedMessagesReachEveryWayOfReading(t *testing.T) {
 		send(t, p)
 		select {
 		case <-all:
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("the messages did not all arrive")
 		}
 		mu.Lock()
@@ -912,7 +912,7 @@ func TestUpgradeNegotiatesCompressionAsAcceptDoes(t *testing.T) {
 		}
 		conns <- c
 	}()
-	p, resp, err := rawpeer.DialClient(ln.Addr().String(), "/", extHeader("permessage-deflate; client_max_window_bits"), wireTimeout)
+	p, resp, err := rawpeer.DialClient(ln.Addr().String(), "/", extHeader("permessage-deflate; client_max_window_bits"), wireTimeout())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1256,7 +1256,7 @@ func TestCompressedTextFailsAtTheFirstBadByteAfterItsFirstFrame(t *testing.T) {
 			select {
 			case err := <-ended:
 				checkProtocolError(t, err, rally.CloseInvalidPayload, "UTF-8")
-			case <-time.After(wireTimeout):
+			case <-time.After(wireTimeout()):
 				t.Fatal("Read did not end")
 			}
 		})

@@ -32,7 +32,7 @@ const quietWait = 500 * time.Millisecond
 // wireTimeout.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wireTimeout)
+	deadline := time.Now().Add(wireTimeout())
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
@@ -57,7 +57,7 @@ func acceptStalled(t *testing.T, opts *rally.AcceptOptions, h http.Header) (*ral
 	case c := <-conns:
 		t.Cleanup(func() { c.CloseNow() })
 		return c, p
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("Accept did not return a connection")
 		return nil, nil
 	}
@@ -163,7 +163,7 @@ func TestWriteReturnsOnlyAfterItsFrameLeftWhenAPongOvertakesIt(t *testing.T) {
 					if r.err != nil || r.left != 0 {
 						t.Errorf("%s returned %v with BufferedAmount %d once the peer read it all; want nil, 0", name, r.err, r.left)
 					}
-				case <-time.After(wireTimeout):
+				case <-time.After(wireTimeout()):
 					t.Fatalf("%s did not return once the peer had read its frame", name)
 				}
 			}
@@ -217,7 +217,7 @@ func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
 		if err != nil {
 			t.Errorf("Close: %v", err)
 		}
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("Close did not return")
 	}
 	select {
@@ -225,7 +225,7 @@ func TestNoDataFrameLeavesAfterTheCloseFrame(t *testing.T) {
 		if !errors.Is(err, rally.ErrClosed) {
 			t.Errorf("SendDone's completion reported %v for %q, which never left before the close frame; want ErrClosed", err, "held")
 		}
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Error("SendDone returned queued but its completion was never called")
 	}
 }
@@ -325,7 +325,7 @@ func TestAutomaticCorkDoesNotCountAgainstBufferLimit(t *testing.T) {
 	var got string
 	select {
 	case got = <-statuses:
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("the Message callback did not run")
 	}
 	if got != "sent <nil>, sent <nil>" && got != "sent <nil>, queued <nil>" {
@@ -357,7 +357,7 @@ func TestCorkHoldsOnlyTheCallbacksOwnSends(t *testing.T) {
 	var c *rally.Conn
 	select {
 	case c = <-inCallback:
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("the Message callback did not run")
 	}
 	st, err := c.Send(rally.Text, []byte("from another goroutine"))
@@ -401,7 +401,7 @@ func TestCloseFromPingHookOfReadDrivenConnReturnsPromptly(t *testing.T) {
 				if errors.As(err, &ce) && ce.Code == rally.CloseAbnormal {
 					t.Errorf("Close from the %s hook returned %v, though the peer answered the close at once", hook, err)
 				}
-			case <-time.After(wireTimeout):
+			case <-time.After(wireTimeout()):
 				t.Fatalf("Close from the %s hook did not return", hook)
 			}
 		})
@@ -452,7 +452,7 @@ func checkReportedOnce(t *testing.T, c *rally.Conn, calls []*sendCall) {
 	t.Helper()
 	waitDone(t, c)
 	for i, k := range calls {
-		deadline := time.Now().Add(wireTimeout)
+		deadline := time.Now().Add(wireTimeout())
 		for k.st != rally.Dropped && k.dones.Load() == 0 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond) // a completion run by the flusher may come a moment after Done
 		}
@@ -491,7 +491,7 @@ func clientSendDoneAfterReset(t *testing.T, overTLS bool) {
 		if overTLS {
 			nc = tls.Server(nc, modelTLS())
 		}
-		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout)
+		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout())
 		if err != nil {
 			p = nil
 		}
@@ -531,7 +531,7 @@ func TestCloseNowOverTLSReturnsWhileThePeerDoesNotRead(t *testing.T) {
 			peers <- nil
 			return
 		}
-		p, _, err := rawpeer.AcceptServer(tls.Server(nc, modelTLS()), nil, wireTimeout)
+		p, _, err := rawpeer.AcceptServer(tls.Server(nc, modelTLS()), nil, wireTimeout())
 		if err != nil {
 			p = nil
 		}
@@ -584,7 +584,7 @@ func TestCloseNowOverTLSReturnsWhileThePeerDoesNotRead(t *testing.T) {
 		if err != nil {
 			t.Errorf("CloseNow: %v", err)
 		}
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Errorf("CloseNow over TLS did not return while the peer did not read (BufferedAmount %d)", c.BufferedAmount())
 	}
 }

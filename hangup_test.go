@@ -11,6 +11,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // deflateBest is p as a permessage-deflate message compressed as tightly
@@ -23,15 +24,19 @@ func deflateBest(p []byte) []byte {
 	return bytes.TrimSuffix(b.Bytes(), []byte{0, 0, 0xff, 0xff})
 }
 
-// zeroBomb is a permessage-deflate message of n zero bytes compressed as
-// tightly as deflate allows (about 1,000 to 1): a few KiB on the wire for
-// each MiB it inflates to.
+// zeroBomb is a permessage-deflate message of n zero bytes (a whole
+// number of MiB) compressed as tightly as deflate allows (about 1,000 to
+// 1): a few KiB on the wire for each MiB it inflates to. It is one
+// compressed MiB repeated: each copy ends in a sync flush and refers to no
+// byte before it, so the copies make one valid stream, built at once
+// (compressing 512 MiB took minutes under the race detector on a busy
+// machine).
 func zeroBomb(n int64) []byte {
 	var b bytes.Buffer
 	w, _ := flate.NewWriter(&b, flate.BestCompression)
-	io.CopyN(w, zeroReader{}, n)
+	io.CopyN(w, zeroReader{}, 1<<20)
 	w.Flush()
-	return bytes.TrimSuffix(b.Bytes(), []byte{0, 0, 0xff, 0xff})
+	return bytes.TrimSuffix(bytes.Repeat(b.Bytes(), int(n>>20)), []byte{0, 0, 0xff, 0xff})
 }
 
 type zeroReader struct{}
@@ -76,11 +81,12 @@ func TestPeersThatSendACompressionBombAndGoAwayAreReleased(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			deadline := time.Now().Add(60 * time.Second)
+			wait := slowness.Scale(60 * time.Second)
+			deadline := time.Now().Add(wait)
 			for open.Load() != 0 || budget.Used() != 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("60 s after the peers went: %d connections open, %d bytes charged (inflate %d)",
-						open.Load(), budget.Used(), budget.Stats()[rally.MemoryInflate].Used)
+					t.Fatalf("%v after the peers went: %d connections open, %d bytes charged (inflate %d)",
+						wait, open.Load(), budget.Used(), budget.Stats()[rally.MemoryInflate].Used)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}

@@ -178,7 +178,7 @@ func TestABlockedReceiverCostsNoWriteAttemptPerSend(t *testing.T) {
 			if n != isolationSends {
 				t.Fatalf("%d of %d sends from a loop callback to a blocked queue were queued", n, isolationSends)
 			}
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("the loop callback did not publish")
 		}
 		if n := s.LoopWritesForTest() - before; n > maxLoopAttempts {
@@ -197,12 +197,12 @@ func TestABlockedReceiverCostsNoWriteAttemptPerSend(t *testing.T) {
 			},
 		}
 		hs := startH2Server(t, s, nil)
-		h2, err := rawpeer.DialH2(hs.Listener.Addr().String(), nil, wireTimeout)
+		h2, err := rawpeer.DialH2(hs.Listener.Addr().String(), nil, wireTimeout())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer h2.Close()
-		p, _, err := h2.DialClient("/", nil, wireTimeout)
+		p, _, err := h2.DialClient("/", nil, wireTimeout())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func serveOn(t *testing.T, s *rally.Server, ln net.Listener) {
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wireTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wireTimeout())
 		defer cancel()
 		s.Shutdown(ctx)
 		if err := <-served; err != http.ErrServerClosed {
@@ -46,7 +46,7 @@ func TestEventLoopServeOnATLSListenerServesItsConnections(t *testing.T) {
 	s := loopEcho(nil)
 	ln := rally.NewTLSListener(listen(t), tlsServerConfig(t))
 	serveOn(t, s, ln)
-	ctx, cancel := context.WithTimeout(context.Background(), wireTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wireTimeout())
 	defer cancel()
 	c, _, err := rally.Dial(ctx, "wss://"+ln.Addr().String()+"/", &rally.DialOptions{
 		TLSConfig: &tls.Config{InsecureSkipVerify: true},
@@ -75,7 +75,7 @@ func TestEventLoopServeOnAUnixListenerAnswersAndEchoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(wireTimeout))
+	nc.SetDeadline(time.Now().Add(wireTimeout()))
 	req := "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 	nc.Write(append([]byte(req), maskedZero(hx("81 02 68 69"))...))

@@ -130,8 +130,10 @@ func goroutineID(block string) string {
 // raw peer, each rally call with a context, each wait for a callback. It
 // is 5 s on an idle machine and grows with the measured load: on a busy
 // one (load 30 on 2 cores) a step that will happen can take longer, and
-// only a step that never happens waits the whole bound.
-var wireTimeout = slowness.Scale(5 * time.Second)
+// only a step that never happens waits the whole bound. It is measured at
+// each call, so that the tests that run late in a long run get the load
+// of then.
+func wireTimeout() time.Duration { return slowness.Scale(5 * time.Second) }
 
 // hx decodes hex written with spaces for readability: "81 02 ff fe".
 func hx(s string) []byte {
@@ -206,7 +208,7 @@ func maskedZero(b []byte) []byte {
 
 // ctxT returns a context that ends with the test's step bound.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), wireTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wireTimeout())
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -261,7 +263,7 @@ func dialPeer(t *testing.T, addr string) *rawpeer.Peer {
 // the 101 response too.
 func dialPeerWith(t *testing.T, addr string, h http.Header) (*rawpeer.Peer, *http.Response) {
 	t.Helper()
-	p, resp, err := rawpeer.DialClient(addr, "/", h, wireTimeout)
+	p, resp, err := rawpeer.DialClient(addr, "/", h, wireTimeout())
 	if err != nil {
 		t.Fatalf("raw client handshake: %v", err)
 	}
@@ -294,7 +296,7 @@ func acceptConnWith(t *testing.T, opts *rally.AcceptOptions, h http.Header) (*ra
 	case c := <-conns:
 		t.Cleanup(func() { c.CloseNow() })
 		return c, p
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("Accept did not return a connection")
 		return nil, nil
 	}
@@ -316,7 +318,7 @@ func listen(t *testing.T) net.Listener {
 func dialRaw(t *testing.T, opts *rally.DialOptions) (*rally.Conn, *rawpeer.Peer) {
 	t.Helper()
 	return dialRawWith(t, opts, func(nc net.Conn) (*rawpeer.Peer, error) {
-		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout)
+		p, _, err := rawpeer.AcceptServer(nc, nil, wireTimeout())
 		return p, err
 	})
 }
@@ -400,7 +402,7 @@ func (r *recorder) waitClose(t *testing.T) *rally.CloseError {
 			}
 		})
 		return err
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("Server.Close was not called")
 		return nil
 	}
@@ -411,7 +413,7 @@ func waitDone(t *testing.T, c *rally.Conn) {
 	t.Helper()
 	select {
 	case <-c.Done():
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("the connection did not end")
 	}
 }

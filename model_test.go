@@ -331,14 +331,14 @@ func (m *model) open(opts rally.ConnOptions) {
 				peers <- nil
 				return
 			}
-			p, _, err := rawpeer.AcceptServer(nc, extHeader(answer), wireTimeout)
+			p, _, err := rawpeer.AcceptServer(nc, extHeader(answer), wireTimeout())
 			if err != nil {
 				p = nil
 			}
 			peers <- p
 		}()
 		var d net.Dialer
-		ctx, cancel := context.WithTimeout(context.Background(), wireTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wireTimeout())
 		defer cancel()
 		scheme := "ws://"
 		if m.cfg.tls {
@@ -392,7 +392,7 @@ var smallModelReceiveBuffer = receiveBufferBeforeConnect(modelSocketBuffer)
 // dialModelPeer connects a raw client peer to addr, over TLS when asked,
 // and does the opening handshake offering extensions ext.
 func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
-	d := &net.Dialer{Timeout: wireTimeout, Control: smallModelReceiveBuffer}
+	d := &net.Dialer{Timeout: wireTimeout(), Control: smallModelReceiveBuffer}
 	var nc net.Conn
 	var err error
 	if overTLS {
@@ -404,7 +404,7 @@ func dialModelPeer(addr, ext string, overTLS bool) (*rawpeer.Peer, error) {
 		return nil, err
 	}
 	p := rawpeer.NewPeer(nc, true)
-	p.SetTimeout(wireTimeout)
+	p.SetTimeout(wireTimeout())
 	key := rawpeer.NewKey()
 	if err := p.WriteRaw(rawpeer.HandshakeRequest(addr, "/", key, extHeader(ext))); err != nil {
 		p.Close()
@@ -604,7 +604,7 @@ func (r *peerReader) reset() {
 // waitFor waits until cond holds for the frames read so far, or reading
 // ended, or wireTimeout passed; it reports whether cond held.
 func (r *peerReader) waitFor(cond func(frames []rawpeer.Frame) bool) bool {
-	timeout := time.After(wireTimeout)
+	timeout := time.After(wireTimeout())
 	for {
 		r.mu.Lock()
 		ok, ended, ch := cond(r.frames), r.err != nil, r.changed
@@ -928,7 +928,7 @@ func (r *receiver) send(t *rapid.T, pm *rally.PreparedMessage) {
 // to it, checks it, and closes them (check false: only close).
 func (m *model) closeReceivers(check bool) {
 	for i, r := range m.receivers {
-		deadline := time.After(wireTimeout)
+		deadline := time.After(wireTimeout())
 		for check && r.c.BufferedAmount() > 0 {
 			select {
 			case <-deadline:
@@ -992,7 +992,7 @@ func (m *model) blocking(t *rapid.T, call func() error) error {
 	select {
 	case err := <-result:
 		return err
-	case <-time.After(4 * wireTimeout):
+	case <-time.After(4 * wireTimeout()):
 		t.Fatalf("a blocking call did not return while the peer pinged and read")
 		return nil
 	}
@@ -1253,7 +1253,7 @@ func (m *model) quiesce(t *rapid.T) {
 		perr := m.pr.err
 		m.pr.mu.Unlock()
 		t.Fatalf("quiescent point: the peer did not get message %d and the pong to %s within %v (BufferedAmount %d); it read %q, reading ended with %v",
-			last, probe, wireTimeout, m.c.BufferedAmount(), seen, perr)
+			last, probe, wireTimeout(), m.c.BufferedAmount(), seen, perr)
 	}
 	// The pong left after the last message (or overtook it into the
 	// kernel); a completion or a drain may still be on its way from the
@@ -1261,7 +1261,7 @@ func (m *model) quiesce(t *rapid.T) {
 	// The goroutine that wrote the last bytes may not have counted them
 	// yet (over TLS it writes outside the queue's lock): BufferedAmount
 	// must reach 0, and nothing signals when.
-	deadline := time.After(wireTimeout)
+	deadline := time.After(wireTimeout())
 	for ba := m.c.BufferedAmount(); ba != 0; ba = m.c.BufferedAmount() {
 		select {
 		case <-deadline:
@@ -1331,7 +1331,7 @@ func (m *model) abandon() {
 func waitOrDump[T any](ch <-chan T, what string) {
 	select {
 	case <-ch:
-	case <-time.After(4 * wireTimeout):
+	case <-time.After(4 * wireTimeout()):
 		panic(what + " did not return after CloseNow; all goroutines:\n" + allStacks())
 	}
 }
@@ -1358,19 +1358,19 @@ func (m *model) finish() {
 	m.pr.resume()
 	select {
 	case <-m.c.Done():
-	case <-time.After(2 * wireTimeout):
+	case <-time.After(2 * wireTimeout()):
 		m.c.CloseNow()
 		t.Errorf("the connection did not end after Close")
 	}
 	select {
 	case <-m.pr.done:
-	case <-time.After(2 * wireTimeout):
+	case <-time.After(2 * wireTimeout()):
 		t.Errorf("rally did not close TCP after the connection ended")
 	}
 	m.pr.p.Close()
 	select {
 	case <-m.readEnded:
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Errorf("Read did not return after the connection ended")
 	}
 	m.background.Wait()
@@ -1513,7 +1513,7 @@ func (m *model) checkWire(clean bool) {
 // checkCompletions: every SendDone completion ran exactly once, never
 // for a Dropped send, and nil only for a message that arrived or could.
 func (m *model) checkCompletions() {
-	deadline := time.After(wireTimeout)
+	deadline := time.After(wireTimeout())
 	for _, msg := range m.msgs {
 		comp := m.completions[msg.id]
 		if comp == nil {
@@ -1541,7 +1541,7 @@ func (m *model) checkCompletions() {
 
 // checkGoroutines waits for the goroutines the sequence started to end.
 func (m *model) checkGoroutines() {
-	deadline := time.Now().Add(wireTimeout)
+	deadline := time.Now().Add(wireTimeout())
 	for runtime.NumGoroutine() > m.baseline {
 		if time.Now().After(deadline) {
 			var rallys []string

@@ -58,13 +58,13 @@ func packetServe(t *testing.T, h http.Handler) string {
 // so the whole stream after it is WebSocket frames, one write per record.
 func packetDial(t *testing.T, path string) net.Conn {
 	t.Helper()
-	nc, err := net.DialTimeout("unixpacket", path, wireTimeout)
+	nc, err := net.DialTimeout("unixpacket", path, wireTimeout())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
 	p := rawpeer.NewPeer(nc, true)
-	p.SetTimeout(wireTimeout)
+	p.SetTimeout(wireTimeout())
 	key := rawpeer.NewKey()
 	if err := p.WriteRaw(rawpeer.HandshakeRequest("localhost", "/", key, nil)); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func packetConn(t *testing.T, opts *rally.AcceptOptions) (*rally.Conn, net.Conn)
 	case c := <-conns:
 		t.Cleanup(func() { c.CloseNow() })
 		return c, nc
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("Accept did not return a connection")
 		return nil, nil
 	}
@@ -100,7 +100,7 @@ func packetConn(t *testing.T, opts *rally.AcceptOptions) (*rally.Conn, net.Conn)
 // payloads of its frames, written "text:..." or "binary:...".
 func readWrite(t *testing.T, nc net.Conn) []string {
 	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(wireTimeout))
+	nc.SetReadDeadline(time.Now().Add(wireTimeout()))
 	buf := make([]byte, 1<<20)
 	n, err := nc.Read(buf)
 	if err != nil {
@@ -243,7 +243,7 @@ func TestJoinCorkHoldsSendsUntilTheOriginsCorkEnds(t *testing.T) {
 		select {
 		case cs[i] = <-conns:
 			t.Cleanup(func() { cs[i].CloseNow() })
-		case <-time.After(wireTimeout):
+		case <-time.After(wireTimeout()):
 			t.Fatal("Accept did not return a connection")
 		}
 	}
@@ -329,7 +329,7 @@ func (cs *completions) done(seq int) func(error) {
 // waitFor waits until n completions have been called in all.
 func (cs *completions) waitFor(t *testing.T, n int) {
 	t.Helper()
-	timeout := time.After(wireTimeout)
+	timeout := time.After(wireTimeout())
 	for {
 		cs.mu.Lock()
 		got := len(cs.order)
@@ -620,7 +620,7 @@ func TestSendWhileAWriterStreamsWaitsForTheWritersMessage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("completion of the held send: %v", err)
 		}
-	case <-time.After(wireTimeout):
+	case <-time.After(wireTimeout()):
 		t.Fatal("the completion of the held send was not called")
 	}
 }

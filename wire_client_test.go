@@ -105,7 +105,7 @@ func TestClientFailsAMessageOfTooManyFragmentsWith1008(t *testing.T) {
 func TestClientReadsAFrameSentInTheSameWriteAsThe101(t *testing.T) {
 	c, _ := dialRawWith(t, nil, func(nc net.Conn) (*rawpeer.Peer, error) {
 		p := rawpeer.NewPeer(nc, false)
-		p.SetTimeout(wireTimeout)
+		p.SetTimeout(wireTimeout())
 		r, err := p.ReadRequest()
 		if err != nil {
 			p.Close()
@@ -211,7 +211,7 @@ func TestClientErrorsNeverShowTheURLsCredentials(t *testing.T) {
 			}
 			defer nc.Close()
 			p := rawpeer.NewPeer(nc, false)
-			p.SetTimeout(wireTimeout)
+			p.SetTimeout(wireTimeout())
 			if _, err := p.ReadRequest(); err == nil {
 				p.WriteRaw([]byte("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
 			}

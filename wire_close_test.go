@@ -141,11 +141,11 @@ func TestEmptyCloseBodyIsReportedAs1005AndAnsweredWithAnEmptyClose(t *testing.T)
 // masked says whether that side's frames are masked.
 func closeSides(t *testing.T, f func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool)) {
 	t.Run("Server", func(t *testing.T) {
-		c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{CloseTimeout: wireTimeout}})
+		c, p := acceptConn(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{CloseTimeout: wireTimeout()}})
 		f(t, c, p, false)
 	})
 	t.Run("Client", func(t *testing.T) {
-		c, p := dialRaw(t, &rally.DialOptions{ConnOptions: rally.ConnOptions{CloseTimeout: wireTimeout}})
+		c, p := dialRaw(t, &rally.DialOptions{ConnOptions: rally.ConnOptions{CloseTimeout: wireTimeout()}})
 		f(t, c, p, true)
 	})
 }
@@ -295,7 +295,7 @@ func TestClientCloseWaitsForTheServerToCloseTCP(t *testing.T) {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("after the close handshake the client closed TCP first (%v)", err)
 	}
-	p.SetTimeout(wireTimeout)
+	p.SetTimeout(wireTimeout())
 	p.Close()
 	select {
 	case err := <-done:

@@ -338,7 +338,7 @@ func TestServerReadErrorsAreTypedAndDeliveredOnce(t *testing.T) {
 
 func TestServerReadsAFrameSentInTheSameWriteAsTheHandshake(t *testing.T) {
 	addr := serve(t, echoServer())
-	p, err := rawpeer.Connect(addr, wireTimeout)
+	p, err := rawpeer.Connect(addr, wireTimeout())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestServerRefusesAnUpgradeRequestWithABodyAndNeverParsesIt(t *testing.T) {
 				Close:   func(*rally.Conn, *rally.CloseError) { events.Add(1) },
 			}
 			addr := serve(t, s)
-			p, err := rawpeer.Connect(addr, wireTimeout)
+			p, err := rawpeer.Connect(addr, wireTimeout())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -503,7 +503,7 @@ func TestServerUpgradeHookMayRefuseTheRequest(t *testing.T) {
 		},
 		Open: func(*rally.Conn) { opened.Add(1) },
 	}
-	_, resp, err := rawpeer.DialClient(serve(t, s), "/", nil, wireTimeout)
+	_, resp, err := rawpeer.DialClient(serve(t, s), "/", nil, wireTimeout())
 	if resp == nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("answer %v (%v), want 401", resp, err)
 	}

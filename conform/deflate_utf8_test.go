@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // section106 returns the verdict each case of section 106 must get: the
@@ -37,7 +39,7 @@ func checkVerdicts(t *testing.T, rep *Report, want map[string]Verdict) {
 // the message is complete: NON-STRICT where compressed text must fail at
 // its first bad byte, OK on the rest of section 106.
 func TestNpmWsValidatesCompressedTextOnlyAtTheMessageEnd(t *testing.T) {
-	o := quick()
+	o := neverFailsFast()
 	o.Cases = []string{"106.*"}
 	want := section106(NonStrict, OK, OK)
 	t.Run("server", func(t *testing.T) {
@@ -90,7 +92,7 @@ func TestReferencePeerWithDeflateGetsItsVerdictsInSection106(t *testing.T) {
 	o.Cases = []string{"106.*"}
 	// Each answer is awaited until it comes (a failure ends the wait), so
 	// a long timeout only keeps a loaded machine from changing a verdict.
-	o.Timeout = 10 * time.Second
+	o.Timeout = slowness.Scale(10 * time.Second)
 	for _, tt := range []struct {
 		name string
 		peer refEcho

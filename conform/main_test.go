@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // TestMain fails the run if goroutines of the suite outlive the tests:
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) {
 func leakedGoroutines() string {
 	var leaked []string
 	// Goroutines that were told to stop may need a moment to be scheduled.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(slowness.Scale(5 * time.Second)); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		leaked = leaked[:0]

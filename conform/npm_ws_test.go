@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // nodeProject returns the interop Node project with npm ws installed. The
@@ -57,12 +59,23 @@ func startNpmWsServer(t *testing.T, env ...string) string {
 }
 
 // quick is the options of the tests: small messages in section 9. A
-// strict peer's verdict must not depend on the machine's load, so the wait
-// for a peer to fail fast at an invalid byte (6.4.3, 6.4.4) is as long as
-// any other answer may take; it ends at the failure, so only peers that
-// never fail fast pay it.
+// strict peer's verdict must not depend on the machine's load, so every
+// wait for its answer scales with the measured load, the wait for a peer
+// to fail fast at an invalid byte (6.4.3, 6.4.4) included; each ends at
+// the answer, so only peers that never give it pay the wait, and the tests
+// of such peers shorten it (neverFailsFast).
 func quick() *Options {
-	return &Options{Scale: 1.0 / 64, Timeout: 5 * time.Second, CloseTimeout: 2 * time.Second, FailFastWait: 2 * time.Second}
+	return &Options{Scale: 1.0 / 64, Timeout: slowness.Scale(5 * time.Second),
+		CloseTimeout: slowness.Scale(2 * time.Second), FailFastWait: slowness.Scale(2 * time.Second)}
+}
+
+// neverFailsFast is quick for a peer that does not fail at the first
+// invalid byte of a message: it gets the same verdict however short the
+// wait for it to do so.
+func neverFailsFast() *Options {
+	o := quick()
+	o.FailFastWait = 50 * time.Millisecond
+	return o
 }
 
 func logReport(t *testing.T, rep *Report) {

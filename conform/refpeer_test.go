@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // refEcho is a small echo endpoint written for these tests on the raw peer:
@@ -62,6 +63,11 @@ func inflateSoFar(z, dict []byte, end bool) ([]byte, error) {
 	return out, err
 }
 
+// refTimeout bounds each wait of the reference peers (a handshake, the
+// next frame): the suite's own waits scale with the load, so do theirs, or
+// a loaded machine has them drop TCP while the suite is still busy.
+var refTimeout = slowness.Scale(10 * time.Second)
+
 type protoErr struct{ code uint16 }
 
 func (e protoErr) Error() string { return fmt.Sprintf("fail with %d", e.code) }
@@ -71,7 +77,7 @@ func (e protoErr) Error() string { return fmt.Sprintf("fail with %d", e.code) }
 // to close TCP).
 func (r refEcho) serve(p *rawpeer.Peer, client bool) {
 	defer p.Close()
-	p.SetTimeout(10 * time.Second)
+	p.SetTimeout(refTimeout)
 	send := func(f rawpeer.Frame) error {
 		if client != r.wrongMasking {
 			f.Masked, f.Mask = true, [4]byte{0x11, 0x22, 0x33, 0x44}
@@ -278,7 +284,7 @@ func startRefServer(t *testing.T, r refEcho) string {
 				if r.deflate {
 					h = http.Header{"Sec-WebSocket-Extensions": {refDeflateAnswer}}
 				}
-				p, _, err := rawpeer.AcceptServer(nc, h, 10*time.Second)
+				p, _, err := rawpeer.AcceptServer(nc, h, refTimeout)
 				if err == nil {
 					r.serve(p, false)
 				}
@@ -292,7 +298,7 @@ func startRefServer(t *testing.T, r refEcho) string {
 // refClient drives r as a client through the fuzzing-server protocol.
 func refClient(r refEcho) func(ctx context.Context, addr string) error {
 	return func(ctx context.Context, addr string) error {
-		p, _, err := rawpeer.DialClient(addr, "/getCaseCount", nil, 10*time.Second)
+		p, _, err := rawpeer.DialClient(addr, "/getCaseCount", nil, refTimeout)
 		if err != nil {
 			return err
 		}
@@ -313,7 +319,7 @@ func refClient(r refEcho) func(ctx context.Context, addr string) error {
 			if r.deflate {
 				offer = http.Header{"Sec-WebSocket-Extensions": {"permessage-deflate"}}
 			}
-			p, resp, err := rawpeer.DialClient(addr, "/runCase?case="+strconv.Itoa(i)+"&agent=ref", offer, 10*time.Second)
+			p, resp, err := rawpeer.DialClient(addr, "/runCase?case="+strconv.Itoa(i)+"&agent=ref", offer, refTimeout)
 			if err != nil {
 				return err
 			}
@@ -321,7 +327,7 @@ func refClient(r refEcho) func(ctx context.Context, addr string) error {
 			rc.takeover = r.deflate && !strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "server_no_context_takeover")
 			rc.serve(p, true)
 		}
-		p, _, err = rawpeer.DialClient(addr, "/updateReports?agent="+url.QueryEscape("ref"), nil, 10*time.Second)
+		p, _, err = rawpeer.DialClient(addr, "/updateReports?agent="+url.QueryEscape("ref"), nil, refTimeout)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rallyws/rally/internal/slowness"
 	"github.com/rallyws/rally/pubsub"
 )
 
@@ -27,7 +28,9 @@ func awaitRoute(t testing.TB, pub, sub *client, topic string) {
 	t.Helper()
 	for i := 0; i < 100; i++ {
 		pub.send(fmt.Sprintf(`{"type":"publish","topic":%q,"data":"probe"}`, topic))
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		// A probe that is slow to come is retried; the wait for each
+		// grows with the load, so that 100 of them are enough on a busy machine.
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(200*time.Millisecond))
 		_, p, err := sub.c.Read(ctx)
 		cancel()
 		if err == nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 var testApp = PusherApp{ID: "3", Key: "278d425bdf160c739803", Secret: "7ad3773142a6692b25b8"}
@@ -412,7 +413,9 @@ func TestPusherAcrossNodes(t *testing.T) {
 			t.Fatal("no event crossed the nodes in 100 tries")
 		}
 		apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"probe","channel":"presence-room","data":"p"}`)
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		// A probe that is slow to come is retried; the wait for each
+		// grows with the load, so that 100 of them are enough on a busy machine.
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(200*time.Millisecond))
 		_, p, err := onA.c.Read(ctx)
 		cancel()
 		if err == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally/conform"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // The classic conformance cases, strict (every case OK or
@@ -27,6 +28,11 @@ func TestConformanceOfTheAutobahnExample(t *testing.T) {
 				Agent: "gorilla-api-on-rally" + path,
 				Scale: 1.0 / 64,
 				Cases: []string{"*"},
+				// Strict peers answer each case: the waits scale with the
+				// load, so that a verdict does not depend on the machine.
+				Timeout:      slowness.Scale(2 * time.Second),
+				CloseTimeout: slowness.Scale(2 * time.Second),
+				FailFastWait: slowness.Scale(time.Second),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -51,7 +57,9 @@ func TestConformanceOfTheClient(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep, err := conform.RunClient(ctx, &conform.Options{Agent: "gorilla-api-client", Scale: 1.0 / 64}, driveClient)
+	rep, err := conform.RunClient(ctx, &conform.Options{Agent: "gorilla-api-client", Scale: 1.0 / 64,
+		Timeout: slowness.Scale(2 * time.Second), CloseTimeout: slowness.Scale(2 * time.Second),
+		FailFastWait: slowness.Scale(time.Second)}, driveClient)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,9 @@ func TestPongHandlerExtendsTheReadDeadlineOfTheReadInProgress(t *testing.T) {
 	s.SetReadDeadline(start.Add(first))
 	ponged := make(chan time.Time, 1)
 	s.SetPongHandler(func(string) error {
-		s.SetReadDeadline(time.Now().Add(wait))
+		// Far past the moment "after" is sent (first + first/2 from the
+		// start), whatever first the load made it.
+		s.SetReadDeadline(time.Now().Add(max(wait, 3*first)))
 		ponged <- time.Now()
 		return nil
 	})

@@ -18,13 +18,30 @@ import (
 // never comes still fails in bounded time.
 const maxFactor = 20
 
-var factor = sync.OnceValue(measure)
+// seen is the highest factor measured so far in this process, and when
+// it was last measured.
+var seen struct {
+	sync.Mutex
+	at     time.Time
+	factor float64
+}
 
 // Factor returns how many times slower than an idle machine this one runs
 // now, at least 1: the runnable threads per core (the one-minute load
-// average over the cores Go may use), read once per process. It is 1 where
-// the load average cannot be read.
-func Factor() float64 { return factor() }
+// average over the cores Go may use). It is measured again at most once a
+// second, and the highest value seen in the process is kept: a test binary
+// that started on a quiet machine runs its later tests at the load that
+// came meanwhile, and a short lull does not cut a wait short. It is 1
+// where the load average cannot be read.
+func Factor() float64 {
+	seen.Lock()
+	defer seen.Unlock()
+	if now := time.Now(); seen.at.IsZero() || now.Sub(seen.at) >= time.Second {
+		seen.at = now
+		seen.factor = max(seen.factor, measure())
+	}
+	return seen.factor
+}
 
 // Scale returns d times Factor: a bound that is d on an idle machine.
 func Scale(d time.Duration) time.Duration {
