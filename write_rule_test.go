@@ -53,7 +53,7 @@ func TestWriteWaitsForTheKernelExceptOnAnEventLoopsGoroutine(t *testing.T) {
 			var c *rally.Conn
 			select {
 			case c = <-opened:
-			case <-time.After(wireTimeout):
+			case <-time.After(wireTimeout()):
 				t.Fatal("Server.Open was not called")
 			}
 			if err := p.WriteFrame(rawpeer.Text("go")); err != nil {
@@ -66,7 +66,7 @@ func TestWriteWaitsForTheKernelExceptOnAnEventLoopsGoroutine(t *testing.T) {
 					if r.err != nil || r.buffered == 0 {
 						t.Fatalf("Write from Message on the loop = %v with %d bytes buffered, want nil with the frame accepted, not yet taken", r.err, r.buffered)
 					}
-				case <-time.After(wireTimeout):
+				case <-time.After(wireTimeout()):
 					t.Fatal("Write from Message on the loop waited for a peer that does not read")
 				}
 				expectBig(t, p)
