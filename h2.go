@@ -153,13 +153,22 @@ func (q *upgradeRequest) checkExtendedConnect(o *AcceptOptions, path string) *re
 	return q.checkVersionAndOrigin(o)
 }
 
+// h2RefusalTimeout bounds how long a refused stream's answer may wait for
+// the client's window.
+const h2RefusalTimeout = 5 * time.Second
+
 // RFC 9110 15.5.6: a 405 lists the allowed methods.
 var allowCONNECT = []string{"Allow", "CONNECT"}
 
 // refuseH2 answers a declined extended CONNECT. The headers of an
 // HTTP/1.1 refusal that are about the connection are dropped: HTTP/2
-// forbids them, and refusing one stream leaves the connection open.
+// forbids them, and refusing one stream leaves the connection open. A
+// client that does not take the body within h2RefusalTimeout (its window
+// is 0) has the stream reset: otherwise net/http's handler goroutine
+// would wait on the window for as long as the client keeps the
+// connection.
 func refuseH2(w http.ResponseWriter, rf *refusal) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h2RefusalTimeout))
 	h := w.Header()
 	rf.setHeader(h)
 	h.Del("Connection")

@@ -271,3 +271,28 @@ func h2ErrorName(code uint32) string {
 func (s *h2NonReaders) String() string {
 	return fmt.Sprintf("%d accepted, %d refused, %d reset", s.accepted.Load(), s.refused.Load(), s.cut.Load())
 }
+
+// h2SlowRead is the h2-slow-read scenario: the fast pair of the adversary
+// (a publisher flooding floodTopic, a subscriber reading it) alone for a
+// sixth of the window, then cfg.Conns HTTP/2 connections of cfg.Size
+// never-reading streams subscribed to floodTopic; the fast subscriber is
+// measured over the last third.
+func (h *hostileRun) h2SlowRead(ctx context.Context) {
+	f := h.fastSubscriber(ctx)
+	if f == nil {
+		return
+	}
+	defer f.close()
+	h.res.FastSoloRate = f.rate(ctx, h.cfg.Duration/6)
+	for range h.cfg.Conns {
+		h.h2NonReader(ctx, pathOf(h.cfg.URL), h.cfg.Size, floodTopic)
+	}
+	if wait := time.Until(deadlineOf(ctx).Add(-h.cfg.Duration / 3)); wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	h.res.FastAttackRate = f.rate(ctx, h.cfg.Duration/3)
+	h.res.Published = f.published.Load()
+}

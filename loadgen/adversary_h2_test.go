@@ -3,6 +3,7 @@ package loadgen_test
 import (
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/h2env"
 	"github.com/rallyws/rally/loadgen"
 	"github.com/rallyws/rally/server"
@@ -150,4 +152,48 @@ func chargedBytes(metrics string) int64 {
 		}
 	}
 	return sum
+}
+
+// A stream refused with 503 (the memory budget is spent) by a client
+// whose window is 0 cannot take the refusal's body: the server resets it
+// instead of keeping its handler goroutine waiting on the window for as
+// long as the client keeps the connection.
+func TestAnHTTP2StreamRefusedWith503ThatCannotTakeTheBodyIsReset(t *testing.T) {
+	// Room for two streams (32 KiB each, within the 75% that what
+	// connections hold may take), not more.
+	budget := rally.NewMemoryBudget(100 << 10)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Protocols: p, Handler: &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}}}
+	go hs.Serve(ln)
+	defer hs.Close()
+	g0, _ := heldNow()
+	const streams = 20
+	o, err := loadgen.OpenH2NonReaders("ws://"+ln.Addr().String()+"/ws", 1, streams, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	waitFor(t, "an answer to every stream", func() bool {
+		a, r, _ := o.Counts()
+		return a+r == streams
+	})
+	if a, r, _ := o.Counts(); a != 2 || r != streams-2 {
+		t.Fatalf("%d accepted, %d refused of %d: want 2 accepted (%v)", a, r, streams, o.Answers())
+	}
+	waitFor(t, "every refused stream reset", func() bool {
+		_, _, c := o.Counts()
+		return c == streams-2
+	})
+	// What is left: the two accepted streams' handlers, the connection's
+	// goroutines on both sides.
+	waitFor(t, "the refused streams' handlers to return", func() bool {
+		g, _ := heldNow()
+		return g-g0 <= 2+4
+	})
 }
