@@ -197,3 +197,47 @@ func TestAnHTTP2StreamRefusedWith503ThatCannotTakeTheBodyIsReset(t *testing.T) {
 		return g-g0 <= 2+4
 	})
 }
+
+// A WebSocket over HTTP/2 that a handler reads with Conn.Read (not a
+// Server's) reads through a pump, whose goroutine and buffer are charged
+// on top of the stream's; the whole charge goes back when the client
+// goes.
+func TestAnHTTP2WebSocketReadWithReadIsChargedItsPumpUntilItEnds(t *testing.T) {
+	budget := rally.NewMemoryBudget(64 << 20)
+	used := func() int64 {
+		for _, st := range budget.Stats() {
+			if st.Category == rally.MemoryStreams {
+				return st.Used
+			}
+		}
+		return -1
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := rally.Accept(w, r, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
+		if err != nil {
+			return
+		}
+		for {
+			if _, _, err := c.Read(r.Context()); err != nil {
+				c.CloseNow()
+				return
+			}
+		}
+	})}
+	go hs.Serve(ln)
+	defer hs.Close()
+	o, err := loadgen.OpenH2NonReaders("ws://"+ln.Addr().String()+"/ws", 1, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream and its pump charged", func() bool { return used() == 56<<10 })
+	o.Close()
+	waitFor(t, "the charge back to zero", func() bool { return used() == 0 })
+}
