@@ -12,7 +12,7 @@ func IdleHoldings(c *Conn) []string {
 			held = append(held, what)
 		}
 	}
-	t, ok := c.t.(*loopTransport)
+	t, ok := c.loopT()
 	add(!ok, "a transport other than the loop's")
 	add(c.rd.sem != nil, "a read semaphore")
 	add(c.rd.buf != nil || len(c.rd.in) > 0, "a read buffer")

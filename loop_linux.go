@@ -256,11 +256,13 @@ func (c *Conn) gatherLocked(g uintptr) bool {
 }
 
 // adopt hands c to one of the loops and reports whether it did; false
-// leaves c to a goroutine of its own (a connection over TLS or HTTP/2, or
-// a socket the loop could not take).
+// leaves c to a goroutine of its own (a connection over HTTP/2 or over TLS
+// not made by rally, or a socket the loop could not take). A connection
+// over rally's TLS socket is adopted too (loop_tls_linux.go).
 func (grp *loopGroup) adopt(s *Server, c *Conn) bool {
 	st, ok := c.t.(*socketTransport)
-	if !ok {
+	tt, isTLS := c.t.(*tlsTransport)
+	if !ok && !isTLS {
 		return false
 	}
 	grp.mu.Lock()
@@ -272,14 +274,21 @@ func (grp *loopGroup) adopt(s *Server, c *Conn) bool {
 	}
 	l.n++
 	grp.mu.Unlock()
-	if !c.toLoop(st, l) {
+	var moved bool
+	if isTLS {
+		moved = c.toLoopTLS(tt, l)
+	} else {
+		moved = c.toLoop(st, l)
+	}
+	if !moved {
 		grp.mu.Lock()
 		l.n--
 		grp.mu.Unlock()
 		l.wake() // a loop started for it stops again
 		return false
 	}
-	l.post(loopTask{t: c.t.(*loopTransport)})
+	lt, _ := c.loopT()
+	l.post(loopTask{t: lt})
 	return true
 }
 
@@ -524,7 +533,9 @@ func (l *loop) register(t *loopTransport) {
 	if s := l.srv; s.Open != nil {
 		c.callOpen(s.Open)
 	}
-	if len(c.rd.in) > 0 {
+	if _, isTLS := c.t.(*loopTLSTransport); isTLS || len(c.rd.in) > 0 {
+		// crypto/tls may hold records read before the loop took the
+		// socket: epoll will not report them.
 		l.deliver(t)
 	}
 }
@@ -602,7 +613,7 @@ func (l *loop) resume(again []*loopTransport) {
 
 // loopInflated counts n bytes that c inflated in this readiness event.
 func (c *Conn) loopInflated(n int) {
-	if t, ok := c.t.(*loopTransport); ok {
+	if t, ok := c.loopT(); ok {
 		t.inflated += n
 	}
 }
@@ -613,7 +624,7 @@ func (c *Conn) loopInflated(n int) {
 // of the connection's own, which the next read gives back, and the loop
 // resumes the connection in its next turn.
 func (c *Conn) loopYield() bool {
-	t, ok := c.t.(*loopTransport)
+	t, ok := c.loopT()
 	if !ok || t.inflated < loopInflatePerEvent {
 		return false
 	}
@@ -742,7 +753,7 @@ func (l *loop) writable(t *loopTransport) {
 	var werr error
 	for c.wr.err == nil && q.queued() > 0 {
 		g := q.gatherLent()
-		n, err := t.writeNow(*g)
+		n, err := c.t.writeNow(*g) // the connection's: TLS encrypts first
 		putGather(g)
 		if err != nil {
 			werr = err
@@ -781,7 +792,7 @@ func (l *loop) flushDirty() {
 		c.wr.loopMark = 0
 		c.uncorkedLocked()
 		c.unlockWrite()
-		if t, ok := c.t.(*loopTransport); ok && t.l == l && t.winding {
+		if t, ok := c.loopT(); ok && t.l == l && t.winding {
 			l.windDown(t)
 		}
 	}

@@ -59,10 +59,13 @@ type Server struct {
 	// more, and what the callbacks of one loop turn send to a connection
 	// leaves in one write after the turn, whatever the number of senders.
 	// Elsewhere it is ignored (goroutine mode). Connections over TLS
-	// (net/http's, or NewTLSListener's) and WebSockets over HTTP/2 stay
-	// in goroutine mode. Serve and ServeHTTP both hand connections to the
-	// loops. ServeHTTP's handshake runs on net/http's goroutine; Serve's
-	// runs in the loops, with no goroutine per connection (a TLS
+	// terminated by NewTLSListener (through Serve or net/http) are served
+	// by the loops too once their TLS and HTTP handshakes are done (those
+	// run on a goroutine that ends with them); a tls.Conn made by net/http
+	// over a plain socket (ListenAndServeTLS) and WebSockets over HTTP/2
+	// stay in goroutine mode. Serve and ServeHTTP both hand connections to
+	// the loops. ServeHTTP's handshake runs on net/http's goroutine;
+	// Serve's runs in the loops, with no goroutine per connection (a TLS
 	// listener's on a goroutine): there Options' Authorize,
 	// SelectSubprotocol, ResponseHeader and OnHandshakeError run on the
 	// loop goroutine, like the callbacks below, and must not block.

@@ -26,6 +26,8 @@ import (
 // as taken only once all of its ciphertext is in the kernel.
 //
 // Dial uses it for wss:// URLs; a server gets it from NewTLSListener.
+// With Server.EventLoop (Linux), the loops take such a connection once its
+// handshakes are done and drive the same socket (loop_tls_linux.go).
 // A tls.Conn made otherwise (http.ListenAndServeTLS) has a plain socket
 // beneath it and takes the stream transport.
 
@@ -44,8 +46,10 @@ func (wouldBlockError) Temporary() bool { return true }
 // serves HTTP/1.1 over it, and r.TLS is set), but over a socket rally can
 // drive without blocking, so WebSockets over it keep the send contract: a
 // Send reports Sent when the kernel took the bytes and Queued only under
-// backpressure, and no goroutine is started per flush. Connections that
-// are not plain TCP are wrapped by tls.Server as they are.
+// backpressure, and no goroutine is started per flush. A Server with
+// EventLoop (Linux) serves them on its event loops once their handshakes
+// are done. Connections that are not plain TCP are wrapped by tls.Server
+// as they are.
 func NewTLSListener(inner net.Listener, config *tls.Config) net.Listener {
 	return &tlsListener{Listener: inner, config: config}
 }

@@ -30,6 +30,8 @@ var errAgain = errors.New("rally: would block")
 //     (Server.EventLoop). Writes are non-blocking system calls; what the
 //     kernel refuses is written by the loop when the socket is writable
 //     (no flushing goroutine); reads are the loop's, into its buffer.
+//     loopTLSTransport (loop_tls_linux.go) is the same with crypto/tls
+//     between the loop's socket and the engine.
 //
 // Lock order: tryWrite runs under the connection's write lock and takes
 // the socket's write lock inside RawConn.Write; flushQueue takes them the
