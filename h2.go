@@ -94,6 +94,11 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	s := newH2Stream(r.Body, w, rc, localAddrOf(r), remoteAddrOf(r))
 	s.budget = budget
 	c := startConn(s, nil, true, n.subprotocol, &opts.ConnOptions)
+	// A Server reads on the handler's goroutine and never sets a read
+	// deadline (it ends a connection by closing it): its streams read the
+	// body directly, without the goroutine and the buffer of the pump.
+	s.r.direct = c.driven
+	s.r.onPump = s.chargePump
 	if n.ext != "" {
 		c.enableCompression(opts.Compression, n.params)
 	}
@@ -101,12 +106,22 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	return c, nil
 }
 
-// h2StreamCost is what one WebSocket over an HTTP/2 stream makes the
-// process hold beyond its Conn, whatever it carries: the read buffer of
-// streamReader (16 KiB), net/http's response buffer (4 KiB) and stream
-// state, and the stacks of the stream's handler, body pump, reader and
-// flusher goroutines. It is charged to MemoryStreams.
-const h2StreamCost = 64 << 10
+// h2StreamCost is what one WebSocket over an HTTP/2 stream served by a
+// Server makes the process hold, whatever it carries, measured (a loaded
+// 2-core amd64 machine, Go 1.26): about 20 KiB for an idle stream, its
+// Conn, net/http's stream state and the stack of the handler goroutine
+// that reads it included; and, while a write waits for the peer's window
+// (a stream that does not read), the stack of the goroutine that writes
+// and net/http's 4 KiB response buffer. It is charged to MemoryStreams.
+// What its send queue holds is charged as every queue is
+// (MemorySendQueues).
+const h2StreamCost = 32 << 10
+
+// h2PumpCost is what a stream read through the pump holds on top (a
+// stream a Server does not drive, read with Conn.Read and a context):
+// the pump's goroutine and its 16 KiB buffer. It is charged to
+// MemoryStreams when the pump starts.
+const h2PumpCost = 24 << 10
 
 // checkExtendedConnect applies the rules of RFC 8441 section 5 to an
 // HTTP/2 request, in this order, and returns the first one broken:
@@ -138,13 +153,22 @@ func (q *upgradeRequest) checkExtendedConnect(o *AcceptOptions, path string) *re
 	return q.checkVersionAndOrigin(o)
 }
 
+// h2RefusalTimeout bounds how long a refused stream's answer may wait for
+// the client's window.
+const h2RefusalTimeout = 5 * time.Second
+
 // RFC 9110 15.5.6: a 405 lists the allowed methods.
 var allowCONNECT = []string{"Allow", "CONNECT"}
 
 // refuseH2 answers a declined extended CONNECT. The headers of an
 // HTTP/1.1 refusal that are about the connection are dropped: HTTP/2
-// forbids them, and refusing one stream leaves the connection open.
+// forbids them, and refusing one stream leaves the connection open. A
+// client that does not take the body within h2RefusalTimeout (its window
+// is 0) has the stream reset: otherwise net/http's handler goroutine
+// would wait on the window for as long as the client keeps the
+// connection.
 func refuseH2(w http.ResponseWriter, rf *refusal) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h2RefusalTimeout))
 	h := w.Header()
 	rf.setHeader(h)
 	h.Del("Connection")
@@ -199,12 +223,28 @@ type h2Stream struct {
 	writing atomic.Bool
 	once    sync.Once
 	budget  *MemoryBudget // h2StreamCost is charged to it until Close
+	pump    atomic.Int32  // pumpCharged once h2PumpCost is, pumpClosed after Close
+}
+
+const (
+	pumpCharged = 1
+	pumpClosed  = 2
+)
+
+// chargePump charges h2PumpCost when the pump starts; Close gives it back,
+// or it goes back at once if Close came first.
+func (s *h2Stream) chargePump() {
+	s.budget.forceCharge(MemoryStreams, h2PumpCost)
+	if !s.pump.CompareAndSwap(0, pumpCharged) {
+		s.budget.release(MemoryStreams, h2PumpCost)
+	}
 }
 
 func newH2Stream(body io.ReadCloser, w http.ResponseWriter, rc *http.ResponseController, local, remote net.Addr) *h2Stream {
 	s := &h2Stream{w: w, rc: rc, body: body, local: local, remote: remote}
 	s.r.start(body)
 	s.wdl.onExpire = s.writeDeadlinePassed
+	s.r.dl.onExpire = s.readDeadlinePassed
 	return s
 }
 
@@ -250,6 +290,16 @@ func (s *h2Stream) writeDeadlinePassed() {
 	}
 }
 
+// readDeadlinePassed interrupts a direct read in progress when the read
+// deadline passes; the only way to do so fails the body's reads for good,
+// which is why only a Server's streams, which never set one, read
+// directly.
+func (s *h2Stream) readDeadlinePassed() {
+	if s.r.reading.Load() && s.r.dl.expired() {
+		s.rc.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 // Close ends the stream: reads and writes fail from now on, and once the
 // handler returns, net/http sends END_STREAM (and RST_STREAM NO_ERROR if
 // the client has not ended its side yet). A write still blocked is cut by
@@ -266,6 +316,9 @@ func (s *h2Stream) Close() error {
 		s.wmu.Unlock()
 		s.wdl.stop()
 		s.budget.release(MemoryStreams, h2StreamCost)
+		if s.pump.Swap(pumpClosed) == pumpCharged {
+			s.budget.release(MemoryStreams, h2PumpCost)
+		}
 	})
 	return nil
 }
@@ -281,12 +334,20 @@ func (s *h2Stream) SetDeadline(t time.Time) error {
 func (s *h2Stream) SetReadDeadline(t time.Time) error  { s.r.dl.set(t); return nil }
 func (s *h2Stream) SetWriteDeadline(t time.Time) error { s.wdl.set(t); return nil }
 
-// streamReader reads an HTTP/2 body through a goroutine of its own, so
-// that a read can give up at a deadline without closing the body (which
-// is all net/http offers). The goroutine reads one chunk at a time into
-// its buffer and waits until Read has taken all of it, so flow control
-// still reflects what the application consumed.
+// streamReader reads an HTTP/2 body. A read that a deadline may have to
+// interrupt goes through a goroutine of its own, the pump, so that it can
+// give up at the deadline without closing the body (which is all net/http
+// offers). The pump reads one chunk at a time into its buffer and waits
+// until Read has taken all of it, so flow control still reflects what
+// the application consumed. A reader that will never set a deadline
+// (direct reports true at the first Read: a Server's stream) reads the
+// body itself, and neither the pump nor its buffer exists.
 type streamReader struct {
+	src     io.Reader
+	direct  func() bool   // nil: always the pump
+	onPump  func()        // called when the pump starts, if set
+	mode    int8          // 0 not decided, 1 direct, 2 pump; the reader's
+	reading atomic.Bool   // a direct read is in progress
 	data    chan []byte   // a chunk read; closed at the end, with perr set
 	ack     chan struct{} // the chunk was consumed
 	closed  chan struct{}
@@ -302,10 +363,20 @@ type streamReader struct {
 const h2ReadChunk = 16 << 10
 
 func (s *streamReader) start(src io.Reader) {
+	s.src = src
+	s.closed = make(chan struct{})
+}
+
+// startPump starts the pump, once, at the first Read of a reader that
+// does not read directly.
+func (s *streamReader) startPump() {
+	s.mode = 2
+	if s.onPump != nil {
+		s.onPump()
+	}
 	s.data = make(chan []byte)
 	s.ack = make(chan struct{}, 1)
-	s.closed = make(chan struct{})
-	go s.pump(src)
+	go s.pump(s.src)
 }
 
 func (s *streamReader) pump(src io.Reader) {
@@ -334,6 +405,16 @@ func (s *streamReader) pump(src io.Reader) {
 
 // Read is for one goroutine at a time (the Conn's reader).
 func (s *streamReader) Read(p []byte) (int, error) {
+	if s.mode == 0 {
+		if s.direct != nil && s.direct() {
+			s.mode = 1
+		} else {
+			s.startPump()
+		}
+	}
+	if s.mode == 1 {
+		return s.readDirect(p)
+	}
 	if len(s.pending) > 0 {
 		return s.take(p), nil
 	}
@@ -358,6 +439,35 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	}
 }
 
+// readDirect reads the body on the caller's goroutine. Close wakes it (it
+// closes the body); a deadline that passes during it fails the body's
+// reads for good (see h2Stream.readDeadlinePassed).
+func (s *streamReader) readDirect(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if isClosed(s.closed) {
+		return 0, net.ErrClosed
+	}
+	s.reading.Store(true) // before the check: a deadline passing after it sees the read
+	if s.dl.expired() {
+		s.reading.Store(false)
+		return 0, os.ErrDeadlineExceeded
+	}
+	n, err := s.src.Read(p)
+	s.reading.Store(false)
+	if err != nil {
+		switch {
+		case isClosed(s.closed):
+			err = net.ErrClosed
+		case s.dl.expired():
+			err = os.ErrDeadlineExceeded
+		}
+		s.err = err
+	}
+	return n, err
+}
+
 func (s *streamReader) take(p []byte) int {
 	n := copy(p, s.pending)
 	s.pending = s.pending[n:]
@@ -367,7 +477,8 @@ func (s *streamReader) take(p []byte) int {
 	return n
 }
 
-// close stops the goroutine (once its body read returns) and fails reads.
+// close stops the pump, if any (once its body read returns), and fails
+// reads.
 func (s *streamReader) close() {
 	s.once.Do(func() {
 		close(s.closed)

@@ -681,9 +681,9 @@ func streamsUsed(budget *rally.MemoryBudget) (used int64, refused uint64) {
 func TestHTTP2StreamsPastTheBudgetAreRefusedWith503AndTheirChargeReturnsWhenTheTCPConnectionGoes(t *testing.T) {
 	requireH2(t)
 	ca := newTestCA(t)
-	// Room for two streams (64 KiB each, within the 75% that what
+	// Room for two streams (32 KiB each, within the 75% that what
 	// connections hold may take), not three.
-	budget := rally.NewMemoryBudget(200 << 10)
+	budget := rally.NewMemoryBudget(100 << 10)
 	e := newH2EchoServer(&rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
 	s := startH2Server(t, e, ca)
 	rs := openRawStream(t, s, ca, "CONNECT", nil)

@@ -6,6 +6,8 @@ import (
 	"compress/flate"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -22,7 +24,9 @@ import (
 // The adversary: --conns clients, each of which picks one behaviour from a
 // random stream seeded by --seed (the same seed picks the same clients,
 // behaviours, sizes and start times), against the /ws and /echo endpoints
-// of `rally serve`, while a publisher floods a topic and a fast subscriber
+// of `rally serve` (over HTTP/1.1, and HTTP/2 for h2-non-reader: serve with
+// --h2c for ws://; reconnect-old recovers history when the flooded topic,
+// "adversary", has some: --history adversary), while a publisher floods a topic and a fast subscriber
 // reads it. The run checks what no client may take from the others: the
 // server's memory, a fresh client's echo, the fast subscriber's rate, and,
 // once every client has left, that the server holds no connection and no
@@ -41,6 +45,12 @@ var behaviours = []struct {
 	{"bomb", 1},       // a compressed message to /echo inflating to 64 MiB
 	{"ping-flood", 1}, // pings to /echo as fast as the socket takes them
 	{"reconnect", 1},  // subscribes and drops, again and again
+	// reconnects again and again asking the flooded topic's history for
+	// what it missed since an old position, and drops after the ack
+	{"reconnect-old", 1},
+	// HTTP/2 (h2c, or h2 for wss://): one connection with 4 to 16
+	// WebSocket streams subscribed to the flooded topic, window 0
+	{"h2-non-reader", 2},
 	{"garbage", 1},    // random bytes, before or after a handshake
 	{"many-subs", 1},  // 100 subscriptions with 128-byte topic names, reading
 	{"publisher", 1},  // publishes to its own topic at 100 messages/s, reading
@@ -226,6 +236,10 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 			conn.Close()
 			h.answer("reconnected")
 		}
+	case "reconnect-old":
+		a.reconnectOld(ctx, c.n%64)
+	case "h2-non-reader":
+		a.h.h2NonReader(ctx, a.wsPath, 4+c.n%13, floodTopic)
 	case "garbage":
 		junk := make([]byte, 512+c.n%4096)
 		rand.Read(junk)
@@ -460,6 +474,103 @@ func (h *hostileRun) awaitServerEmpty(ctx context.Context, settle time.Duration)
 		case <-ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// reconnectOld reconnects to /ws again and again, each time subscribing
+// to the flooded topic with a position lag messages before the one the
+// previous ack gave (the first connection subscribes without one), and
+// drops the connection as soon as the ack came, before the replay it
+// asked for is read. Each ack is counted: "recovered", "not recovered
+// (REASON)", or "no history" (the topic has none: the client then goes
+// on reconnecting without a position).
+func (a *adversaryRun) reconnectOld(ctx context.Context, lag int) {
+	h := a.h
+	var offset uint64
+	epoch := ""
+	for ctx.Err() == nil {
+		conn, rest, err := a.ws.dial(ctx, true)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.answer(handshakeAnswer(err))
+			}
+			return
+		}
+		req := `{"type":"subscribe","topic":"` + floodTopic + `"`
+		if epoch != "" {
+			req += `,"offset":` + strconv.FormatUint(offset-min(offset, uint64(lag)), 10) + `,"epoch":"` + epoch + `"`
+		}
+		conn.Write(clientFrame(opText, []byte(req+"}"), [4]byte{}))
+		ack, err := readAck(ctx, conn, rest)
+		conn.Close()
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				h.answer("reconnect-old: no ack")
+			}
+			return
+		case ack.Epoch == "":
+			h.answer("reconnect-old: no history")
+		case epoch == "":
+			h.answer("reconnect-old: first position")
+		case ack.Recovered:
+			h.answer("reconnect-old: recovered")
+		default:
+			h.answer("reconnect-old: not recovered (" + ack.Reason + ")")
+		}
+		offset, epoch = ack.Offset, ack.Epoch
+	}
+}
+
+// subscribeAck is the part of /ws's ack to a subscribe that reconnectOld
+// reads (docs/PROTOCOL.md, "History and recovery").
+type subscribeAck struct {
+	Type      string `json:"type"`
+	Offset    uint64 `json:"offset"`
+	Epoch     string `json:"epoch"`
+	Recovered bool   `json:"recovered"`
+	Reason    string `json:"reason"`
+}
+
+// readAck reads the server's text frames on conn (rest: what came with
+// the handshake) until the ack of a subscribe, for 10 s at most.
+func readAck(ctx context.Context, conn net.Conn, rest []byte) (subscribeAck, error) {
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(rest), conn))
+	var head [10]byte
+	for {
+		if _, err := io.ReadFull(br, head[:2]); err != nil {
+			return subscribeAck{}, err
+		}
+		n := uint64(head[1] & 0x7f)
+		switch n {
+		case 126:
+			if _, err := io.ReadFull(br, head[2:4]); err != nil {
+				return subscribeAck{}, err
+			}
+			n = uint64(binary.BigEndian.Uint16(head[2:4]))
+		case 127:
+			if _, err := io.ReadFull(br, head[2:10]); err != nil {
+				return subscribeAck{}, err
+			}
+			n = binary.BigEndian.Uint64(head[2:10])
+		}
+		if head[0]&0x0f != opText || n > 64<<10 {
+			if _, err := io.CopyN(io.Discard, br, int64(min(n, 1<<40))); err != nil {
+				return subscribeAck{}, err
+			}
+			continue
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(br, p); err != nil {
+			return subscribeAck{}, err
+		}
+		var ack subscribeAck
+		if json.Unmarshal(p, &ack) == nil && ack.Type == "ack" {
+			return ack, nil
 		}
 	}
 }

@@ -25,13 +25,13 @@ func TestAdversaryDrawsTheSameClientsFromTheSameSeed(t *testing.T) {
 	for _, behaviour := range a {
 		seen[behaviour] = true
 	}
-	if len(seen) != 11 {
-		t.Errorf("200 clients of seed 7 picked %d behaviours, want all 11: %v", len(seen), seen)
+	if len(seen) != 13 {
+		t.Errorf("200 clients of seed 7 picked %d behaviours, want all 13: %v", len(seen), seen)
 	}
 }
 
-// A short seeded adversary against an in-process `rally serve`, in both
-// engines: once every client has left, the server holds no connection and
+// A short seeded adversary against an in-process `rally serve` (h2c on,
+// history on the flooded topic), in both engines: once every client has left, the server holds no connection and
 // nothing charged to its memory budget, and it still answers. Only these
 // functional invariants are asserted; the figures (probe p99, the fast
 // subscriber's rates, memory) are logged, not judged, as the machine
@@ -46,7 +46,8 @@ func TestAdversaryLeavesRallyServeHoldingNoConnectionAndNoCharge(t *testing.T) {
 			name = "event-loop"
 		}
 		t.Run(name, func(t *testing.T) {
-			addr := serveRally(t, server.Config{EventLoop: eventLoop, Logger: slog.New(slog.DiscardHandler)})
+			addr := serveRally(t, server.Config{EventLoop: eventLoop, Logger: slog.New(slog.DiscardHandler),
+				H2C: true, History: server.HistoryConfig{Topics: []string{"adversary"}}})
 			res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
 				Scenario: "adversary", URL: "ws://" + addr + "/ws", Seed: 3, Conns: 40,
 				Duration: 3 * time.Second, Settle: time.Millisecond,
@@ -70,6 +71,13 @@ func TestAdversaryLeavesRallyServeHoldingNoConnectionAndNoCharge(t *testing.T) {
 			}
 			if res.Probes == 0 || res.ProbeFailures == res.Probes {
 				t.Errorf("%d probes, %d failed: the server did not answer a fresh client during the attack", res.Probes, res.ProbeFailures)
+			}
+			// The seed draws the behaviours over HTTP/2 and with history
+			// positions (what the server answered them is logged above).
+			for _, b := range []string{"h2-non-reader", "reconnect-old"} {
+				if res.Behaviours[b] == 0 {
+					t.Errorf("seed 3 drew no %s: %v", b, res.Behaviours)
+				}
 			}
 			if res.Published == 0 || res.FastSoloRate == 0 {
 				t.Errorf("published %d, fast subscriber %.0f/s alone: the well-behaved pair did not run", res.Published, res.FastSoloRate)

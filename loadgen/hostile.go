@@ -30,6 +30,7 @@ var hostileScenarios = []struct{ name, what string }{
 	{"head-hold", "--conns (1000) connections sending --size (1 MiB) of request head, never finished"},
 	{"partial", "--conns (1000) connections sending --size (16 MiB - 1) of a message, never finished"},
 	{"slow-read", "--conns (2000) subscribers of a /ws topic that never read while one client publishes 1 KiB\n              messages as fast as it can; a fast subscriber's rate is compared with its rate alone"},
+	{"h2-slow-read", "--conns (5) HTTP/2 connections (h2c for ws://, h2 for wss://) of --size (1000) WebSocket streams each\n              that never read (window 0), subscribed to a topic of /ws that one client floods; a fast\n              HTTP/1.1 subscriber's rate is compared with its rate alone"},
 	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
 	{"adversary", "--conns (200) clients each picking, from --seed, a behaviour: slowloris, head-hold, partial,\n              non-reader, bomb, ping-flood, reconnect, garbage, many-subs, publisher or subscriber;\n              URL is the /ws endpoint of rally serve. After all leave, the server must hold no\n              connection and no budget charge (read from --metrics, default /metrics on the host)"},
 }
@@ -197,10 +198,10 @@ func (h *hostileRun) closeAll() {
 
 func hostileDefaults(cfg HostileConfig) HostileConfig {
 	if cfg.Conns <= 0 {
-		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "garbage": 10000, "adversary": 200}[cfg.Scenario]
+		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "h2-slow-read": 5, "garbage": 10000, "adversary": 200}[cfg.Scenario]
 	}
 	if cfg.Size <= 0 {
-		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1}[cfg.Scenario]
+		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1, "h2-slow-read": 1000}[cfg.Scenario]
 	}
 	if cfg.Duration <= 0 {
 		cfg.Duration = 20 * time.Second
@@ -271,6 +272,8 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 		h.partial(attack)
 	case "slow-read":
 		h.slowRead(attack)
+	case "h2-slow-read":
+		h.h2SlowRead(attack)
 	case "garbage":
 		h.garbage(attack)
 	case "adversary":

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # make hostile: the hostile scenarios of `rally bench` against
 # `rally serve --memory-limit 512MiB` (its other settings at their
-# defaults), one after the other, on loopback. Takes a few minutes.
+# defaults, with HTTP/2 without TLS and history on the adversary's topic
+# for h2-slow-read and the adversary), one after the other, on loopback.
+# Takes a few minutes.
 #
 #   HOSTILE_DURATION  how long each attack is held (default 20s)
 #   HOSTILE_SETTLE    how long after it the memory is read again (default 30s)
 #   HOSTILE_LIMIT     --memory-limit of the server (default 512MiB)
+#   HOSTILE_SEED      the adversary's seed (default 1)
 #   HOSTILE_OUT       where the JSON results and the server's log go
 #                     (default hostile-results/)
 #
@@ -25,7 +28,7 @@ $GO build -o "$bin" ./cmd/rally || exit 1
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 18790)
-"$bin" serve --addr "127.0.0.1:$port" --memory-limit "$limit" --log-level warn 2>"$out/serve.log" >/dev/null &
+"$bin" serve --addr "127.0.0.1:$port" --memory-limit "$limit" --h2c --history adversary --log-level warn 2>"$out/serve.log" >/dev/null &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
 for _ in $(seq 100); do
@@ -47,6 +50,8 @@ run partial partial /echo
 # Messages one byte short of /echo's limit: they fit, and are held.
 run partial-echo-limit partial /echo --size 1048575
 run slow-read slow-read /ws
+run h2-slow-read h2-slow-read /ws
 run garbage garbage /echo
+run adversary adversary /ws --seed "${HOSTILE_SEED:-1}"
 echo "rally serve --memory-limit $limit: results in $out/, its log in $out/serve.log"
 exit $status
