@@ -21,7 +21,11 @@
 #                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
 #   make hold100k  100,000 idle WebSockets on rally serve processes sharing a
 #                port, a broadcast to all of them (scripts/hold-100k.sh; a few
-#                minutes; HOLD100K_FLAGS=--event-loop for the event loops)
+#                minutes; HOLD100K_FLAGS=--event-loop=false for a goroutine each)
+#   make hold1m  1,000,000 idle WebSockets on this machine and a 16 B
+#                broadcast to all (scripts/hold-1m.sh: about 60 server and 60
+#                client processes, raises tcp_mem as root for the run; some
+#                15 GB of memory and ten minutes; not part of test)
 #   make release cross-compiles rally for linux, darwin and windows on amd64
 #                and arm64 into dist/, version and commit stamped in, with
 #                SHA-256 checksums (dist/SHA256SUMS); VERSION=v1.2.3 to name it
@@ -32,7 +36,7 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
-.PHONY: check test test-qemu test-arches test-loaded setup bench fmt hostile fuzz hold100k release
+.PHONY: check test test-qemu test-arches test-loaded setup bench fmt hostile fuzz hold100k hold1m release
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -85,6 +89,9 @@ hostile:
 
 hold100k:
 	bash scripts/hold-100k.sh $(HOLD100K_FLAGS)
+
+hold1m:
+	bash scripts/hold-1m.sh $(HOLD1M_FLAGS)
 
 FUZZTIME ?= 1m
 

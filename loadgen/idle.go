@@ -92,7 +92,9 @@ type idleRun struct {
 	lastNs      int64
 
 	cmu   sync.Mutex
-	conns []net.Conn // held, for pings
+	conns []net.Conn // held by a goroutine each, for pings
+
+	holder *pollHolder // the connections held without a goroutine; nil: none
 }
 
 // broadcastBody is the message published: a JSON string of size bytes.
@@ -158,6 +160,9 @@ func (ir *idleRun) hold(ctx context.Context, res *Result, w *workerHooks) error 
 	var ready sync.WaitGroup
 	hw := &worker{}
 	var hmu sync.Mutex
+	// On Linux an epoll loop holds the connections, not a goroutine each
+	// (see pollHolder): the client must cost less than the server.
+	ir.holder = newPollHolder(ir)
 	t0 := time.Now()
 	st.OpenStartNs = t0.UnixNano()
 	opened, err := ir.openAll(ctx, cfg.Conns, cfg.Conns > 1000, func(_ int, nc net.Conn, rest []byte, took time.Duration) {
@@ -165,6 +170,9 @@ func (ir *idleRun) hold(ctx context.Context, res *Result, w *workerHooks) error 
 		hw.hist.add(int64(took))
 		hmu.Unlock()
 		hw.live.Add(1)
+		if ir.holder != nil && ir.holder.take(nc, rest) {
+			return
+		}
 		wg.Add(1)
 		ready.Add(1)
 		go func() {
@@ -172,15 +180,22 @@ func (ir *idleRun) hold(ctx context.Context, res *Result, w *workerHooks) error 
 			ir.holdConn(nc, rest, ready.Done)
 		}()
 	})
-	defer func() {
+	closeAll := func() {
+		if ir.holder != nil {
+			ir.holder.close()
+		}
 		ir.closeAll()
 		wg.Wait()
-	}()
+	}
+	defer closeAll()
 	if opened == 0 {
 		return fmt.Errorf("loadgen: no connection opened: %w", err)
 	}
 	st.OpenSeconds = time.Since(t0).Seconds()
 	ready.Wait()
+	if ir.holder != nil {
+		ir.holder.forget(ir.run)
+	}
 	st.OpenEndNs = time.Now().UnixNano()
 	st.Opened = opened
 	st.Subscribed = int(ir.subscribed.Load())
@@ -244,8 +259,7 @@ func (ir *idleRun) hold(ctx context.Context, res *Result, w *workerHooks) error 
 	}
 	res.Idle = st
 	if cfg.After > 0 && len(pids) > 0 {
-		ir.closeAll()
-		wg.Wait()
+		closeAll()
 		select {
 		case <-time.After(cfg.After):
 			st.RSSClosedBytes = serversRSS(pids)
@@ -262,30 +276,9 @@ func (ir *idleRun) hold(ctx context.Context, res *Result, w *workerHooks) error 
 func (ir *idleRun) holdConn(nc net.Conn, rest []byte, ready func()) {
 	rd := newReader(nc, smallBuffer, rest)
 	rd.pongs, rd.pings = &ir.pongs, &ir.pings
-	lost := func(err error) {
-		if !ir.ending.Load() {
-			ir.lost.Add(1)
-			ir.errs.add(fmt.Errorf("idle connection lost: %w", err))
-		}
-	}
-	if ir.subscribe != nil {
-		nc.SetDeadline(time.Now().Add(handshakeTimeout))
-		_, err := nc.Write(ir.subscribe)
-		var m message
-		if err == nil {
-			m, err = rd.next(ir.ack, true)
-		}
-		nc.SetDeadline(time.Time{})
-		switch {
-		case err != nil:
-			ready()
-			lost(err)
-			return
-		case !m.same:
-			ir.errs.add(fmt.Errorf("subscribe: the first answer is not %s", ir.ack))
-		default:
-			ir.subscribed.Add(1)
-		}
+	if !ir.subscribeOn(nc, rd) {
+		ready()
+		return
 	}
 	ir.cmu.Lock()
 	ir.conns = append(ir.conns, nc)
@@ -295,36 +288,81 @@ func (ir *idleRun) holdConn(nc net.Conn, rest []byte, ready func()) {
 	for {
 		m, err := rd.next(ir.delivery, true)
 		if err != nil {
-			lost(err)
+			ir.connLost(err)
 			return
 		}
-		at := time.Now().UnixNano()
-		if !got {
-			ir.answered.Add(1)
+		ir.receivedMessage(m, &got)
+	}
+}
+
+// subscribeOn subscribes nc, if the run subscribes, and reads the
+// acknowledgement through rd; false when the connection was lost.
+func (ir *idleRun) subscribeOn(nc net.Conn, rd *reader) bool {
+	if ir.subscribe == nil {
+		return true
+	}
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	_, err := nc.Write(ir.subscribe)
+	var m message
+	if err == nil {
+		m, err = rd.next(ir.ack, true)
+	}
+	nc.SetDeadline(time.Time{})
+	switch {
+	case err != nil:
+		ir.connLost(err)
+		return false
+	case !m.same:
+		ir.errs.add(fmt.Errorf("subscribe: the first answer is not %s", ir.ack))
+	default:
+		ir.subscribed.Add(1)
+	}
+	return true
+}
+
+// connLost counts a connection lost unless the run is ending.
+func (ir *idleRun) connLost(err error) {
+	if !ir.ending.Load() {
+		ir.lost.Add(1)
+		ir.errs.add(fmt.Errorf("idle connection lost: %w", err))
+	}
+}
+
+// received handles a data message with payload p on a connection;
+// got says whether that connection had one before.
+func (ir *idleRun) received(p []byte, got *bool) {
+	ir.receivedMessage(message{size: int64(len(p)), same: ir.delivery != nil && bytes.Equal(p, ir.delivery)}, got)
+}
+
+// receivedMessage counts message m of a connection: the broadcast's
+// delivery (once), or an error.
+func (ir *idleRun) receivedMessage(m message, got *bool) {
+	at := time.Now().UnixNano()
+	if !*got {
+		ir.answered.Add(1)
+	}
+	switch {
+	case ir.delivery == nil:
+		ir.errs.add(errors.New("idle connection got a data message"))
+	case !m.same && !*got:
+		*got = true
+		ir.errs.add(fmt.Errorf("a message that is not the broadcast (%d bytes)", m.size))
+	case !m.same:
+		ir.errs.add(fmt.Errorf("a message that is not the broadcast (%d bytes)", m.size))
+	case *got:
+		ir.errs.add(errors.New("the broadcast arrived twice on one connection"))
+	default:
+		*got = true
+		ir.delivered.Add(1)
+		ir.dmu.Lock()
+		if ir.firstNs == 0 || at < ir.firstNs {
+			ir.firstNs = at
 		}
-		switch {
-		case ir.delivery == nil:
-			ir.errs.add(errors.New("idle connection got a data message"))
-		case !m.same && !got:
-			got = true
-			ir.errs.add(fmt.Errorf("a message that is not the broadcast (%d bytes)", m.size))
-		case !m.same:
-			ir.errs.add(fmt.Errorf("a message that is not the broadcast (%d bytes)", m.size))
-		case got:
-			ir.errs.add(errors.New("the broadcast arrived twice on one connection"))
-		default:
-			got = true
-			ir.delivered.Add(1)
-			ir.dmu.Lock()
-			if ir.firstNs == 0 || at < ir.firstNs {
-				ir.firstNs = at
-			}
-			ir.lastNs = max(ir.lastNs, at)
-			if p := ir.publishedAt.Load(); p != 0 {
-				ir.dhist.add(at - p)
-			}
-			ir.dmu.Unlock()
+		ir.lastNs = max(ir.lastNs, at)
+		if p := ir.publishedAt.Load(); p != 0 {
+			ir.dhist.add(at - p)
 		}
+		ir.dmu.Unlock()
 	}
 }
 
@@ -349,6 +387,9 @@ func (ir *idleRun) pinger(ctx context.Context) {
 			conns[i].Write(ping)
 			conns[i].SetWriteDeadline(time.Time{})
 		}
+		if ir.holder != nil {
+			ir.holder.ping(ping, slice, slices)
+		}
 	}
 }
 
@@ -371,8 +412,10 @@ func (ir *idleRun) samplePeak(ctx context.Context, pids []int) int64 {
 	}
 }
 
-// broadcastTimeout bounds the wait for a broadcast's deliveries.
-const broadcastTimeout = time.Minute
+// broadcastTimeout bounds the wait for a broadcast's deliveries (a
+// million connections on a busy machine may take a minute; the wait ends
+// as soon as every connection has its copy).
+const broadcastTimeout = 3 * time.Minute
 
 // broadcast posts the message once and waits (up to broadcastTimeout)
 // until every one of subscribers connections received it.

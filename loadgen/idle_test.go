@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally/loadgen"
 )
@@ -37,6 +39,9 @@ type pubsubServer struct {
 
 	// corrupt delivers other data than was posted.
 	corrupt bool
+	// fragment delivers in two frames with a ping between them, one byte
+	// per write.
+	fragment bool
 
 	mu          sync.Mutex
 	subscribers []*serverConn
@@ -72,9 +77,19 @@ func startPubsubServer(t *testing.T) *pubsubServer {
 		if p.corrupt {
 			body = []byte(`"other"`)
 		}
-		f := serverFrame(0x1, []byte(`{"type":"message","topic":"room","data":`+string(body)+`}`), true)
+		msg := []byte(`{"type":"message","topic":"room","data":` + string(body) + `}`)
+		f := serverFrame(0x1, msg, true)
+		if p.fragment {
+			f = slices.Concat(serverFrame(0x1, msg[:10], false), serverFrame(0x9, []byte("hi"), true), serverFrame(0x0, msg[10:], true))
+		}
 		for _, c := range subs {
-			c.write(f)
+			if !p.fragment {
+				c.write(f)
+				continue
+			}
+			for i := range f {
+				c.write(f[i : i+1])
+			}
 		}
 	}))
 	t.Cleanup(hs.Close)
@@ -107,6 +122,31 @@ func TestIdleSubscribesEveryConnectionAndCountsEveryBroadcastDelivery(t *testing
 	}
 	if s.posts != 1 {
 		t.Errorf("%d posts, want 1", s.posts)
+	}
+}
+
+func TestIdleCountsABroadcastInFragmentsCutAnywhereAndAnswersThePingBetween(t *testing.T) {
+	s := startPubsubServer(t)
+	s.fragment = true
+	res := run(t, loadgen.Config{
+		Scenario: loadgen.Idle, URL: s.url("/ws"), Conns: 3,
+		IdleOptions: loadgen.IdleOptions{Subscribe: "room", Broadcast: s.publish, BroadcastSize: 100},
+	}, nil)
+	if b := res.Idle.Broadcast; res.Errors != 0 || b == nil || b.Delivered != 3 {
+		t.Fatalf("broadcast %+v, errors %v: want it delivered to all 3", b, res.ErrorSamples)
+	}
+	if res.Idle.Pings != 3 {
+		t.Errorf("%d pings from the server answered, want 3", res.Idle.Pings)
+	}
+	for range 3 {
+		select {
+		case p := <-s.pongs:
+			if string(p) != "hi" {
+				t.Fatalf("pong %q, want the ping's \"hi\"", p)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the server's pings were not answered")
+		}
 	}
 }
 
