@@ -71,7 +71,7 @@ type writeSide struct {
 
 	more     *writeMore // made on first use: what an idle connection never needs
 	corks    *corkState // made by the first cork
-	loopMark uint64     // the loop turn that gathered sends to this connection (gatherLocked)
+	loopMark uint64     // the loop turn that gathered sends to this connection, unless its own loop (gatherLocked)
 
 	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
 	closeSeq   uint64

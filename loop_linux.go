@@ -37,8 +37,15 @@ import (
 //     connection: what the turn's callbacks send, to any connection, is
 //     gathered, and after the turn each connection that got something is
 //     written once (one writev for all its frames), whatever the number
-//     of senders. Sends from other goroutines write at once, as in
-//     goroutine mode. What the kernel does not take waits in the send
+//     of senders. A connection of another loop that is busy turning is
+//     not written by the turn that gathered for it but handed to its own
+//     loop (the outbox: once per turn and loop, not per frame, and
+//     without a wake-up), which writes it after its own turn with what
+//     that turn gathered for it: two loops publishing to the same
+//     connections do not take turns writing a frame or two each under
+//     its lock. A loop that waits for events is not woken for it: the
+//     turn that gathered writes it. Sends from other goroutines write at
+//     once, as in goroutine mode. What the kernel does not take waits in the send
 //     queue and the loop asks epoll for writability instead of starting a
 //     flushing goroutine; it writes the rest when the socket is writable.
 //   - Closing. Only the loop closes a socket it owns, after removing it
@@ -104,6 +111,15 @@ type loop struct {
 	spare   []loopTask
 	stopped bool // guarded by taskMu
 
+	// The outbox: connections of this loop that other loops' turns
+	// gathered sends for, for this loop to write after its turn (see
+	// flushDirty). Guarded by taskMu; outSpare is the loop goroutine's.
+	// busy says the loop will take the outbox again: set when a turn
+	// begins, cleared under taskMu by its last take.
+	outbox   []*loopTransport
+	outSpare []*loopTransport
+	busy     atomic.Bool
+
 	gen   atomic.Uint32
 	local atomic.Pointer[netip.AddrPort] // see sharedLocal
 
@@ -113,7 +129,8 @@ type loop struct {
 	buf     []byte
 	inTurn  bool
 	mark    uint64 // this turn's mark (see gatherLocked)
-	dirty   []*Conn
+	dirty   []gathered
+	outs    []loopOut // the turn's connections of other loops, by loop (handOut)
 	closing []*loopTransport
 	again   []*loopTransport // yielded (loopYield): resumed in the next turn
 	spare2  []*loopTransport
@@ -143,6 +160,20 @@ func (l *loop) sharedLocal(a netip.AddrPort) *netip.AddrPort {
 	p := &a
 	l.local.Store(p)
 	return p
+}
+
+// gathered is a connection a turn gathered sends for, and its transport
+// if it belongs to another loop (which writes it), else nil.
+type gathered struct {
+	c     *Conn
+	other *loopTransport
+}
+
+// loopOut is what a turn hands to another loop: the connections of that
+// loop it gathered sends for.
+type loopOut struct {
+	to *loop
+	ts []*loopTransport
 }
 
 type loopTask struct {
@@ -249,9 +280,24 @@ func (c *Conn) gatherLocked(g uintptr) bool {
 		// limit), rather than piling up in memory until the turn ends.
 		return false
 	}
-	if c.wr.loopMark != l.mark {
+	// A connection of this loop is marked in its transport, any other in
+	// the connection: two loops gathering for one connection in
+	// overlapping turns would otherwise take the mark from each other and
+	// list the connection again for every send.
+	t, _ := c.t.(*loopTransport)
+	switch {
+	case t != nil && t.l == l:
+		if t.mark != l.mark {
+			t.mark = l.mark
+			l.dirty = append(l.dirty, gathered{c: c})
+		}
+	case c.wr.loopMark != l.mark:
 		c.wr.loopMark = l.mark
-		l.dirty = append(l.dirty, c)
+		if t == nil {
+			l.dirty = append(l.dirty, gathered{c: c})
+		} else {
+			l.dirty = append(l.dirty, gathered{c: c, other: t})
+		}
 	}
 	return true
 }
@@ -436,6 +482,7 @@ func (l *loop) run(started chan<- struct{}) {
 			woken = true
 		}
 		l.turnStart.Store(time.Now().UnixNano())
+		l.busy.Store(true)
 		l.turns.Add(1)
 		l.mark = loopTurns.Add(1)
 		l.inTurn = true
@@ -472,6 +519,8 @@ func (l *loop) stopIfEmpty() bool {
 		return false
 	}
 	l.stopped = true
+	clear(l.outbox) // connections of its that ended
+	l.outbox = nil
 	l.grp.slots[l.slot] = nil
 	return true
 }
@@ -784,14 +833,30 @@ func (l *loop) writable(t *loopTransport) {
 	}
 }
 
-// flushDirty writes, once each, the connections the turn's callbacks sent
-// to.
+// flushDirty writes, once each, the connections of this loop that the
+// turn's callbacks sent to or that other loops' turns handed over (the
+// outbox), and the connections of no loop the turn sent to; it hands the
+// connections of other loops to them. Then it takes the outbox a last
+// time, for what was handed over while it wrote.
 func (l *loop) flushDirty() {
+	l.takeOutbox(false)
+	l.flushGathered()
+	l.sendOuts()
+	for l.takeOutbox(true) {
+		l.flushGathered()
+	}
+}
+
+func (l *loop) flushGathered() {
 	for i := 0; i < len(l.dirty); i++ { // completions may add more
-		c := l.dirty[i]
-		l.dirty[i] = nil
+		d := l.dirty[i]
+		l.dirty[i] = gathered{}
+		if d.other != nil {
+			l.handOut(d.other)
+			continue
+		}
+		c := d.c
 		c.wr.mu.Lock()
-		c.wr.loopMark = 0
 		c.uncorkedLocked()
 		c.unlockWrite()
 		if t, ok := c.loopT(); ok && t.l == l && t.winding {
@@ -799,6 +864,115 @@ func (l *loop) flushDirty() {
 		}
 	}
 	l.dirty = l.dirty[:0]
+}
+
+// takeOutbox adds the connections other loops handed over to the turn's
+// list, each once with what the turn gathered for it, and reports
+// whether there were any. The last take of a turn tells the other loops
+// that this one takes no more: they write its connections themselves
+// until its next turn.
+func (l *loop) takeOutbox(last bool) bool {
+	l.taskMu.Lock()
+	in := l.outbox
+	l.outbox = l.outSpare
+	if last {
+		l.busy.Store(false)
+	}
+	l.taskMu.Unlock()
+	if last && len(in) > 0 {
+		// Written in this turn already, some of them: a new mark lists
+		// each once again.
+		l.mark = loopTurns.Add(1)
+	}
+	for i, t := range in {
+		in[i] = nil
+		if t.mark != l.mark {
+			t.mark = l.mark
+			l.dirty = append(l.dirty, gathered{c: t.c})
+		}
+	}
+	l.outSpare = in[:0]
+	return len(l.dirty) > 0
+}
+
+// handOut puts t, a connection of another loop, in the turn's hand-over
+// to that loop.
+func (l *loop) handOut(t *loopTransport) {
+	for i := range l.outs {
+		if o := &l.outs[i]; o.to == t.l {
+			o.ts = append(o.ts, t)
+			return
+		}
+	}
+	if n := len(l.outs); n < cap(l.outs) {
+		l.outs = l.outs[:n+1] // keeps the spare slice of a past turn
+		l.outs[n].to = t.l
+		l.outs[n].ts = append(l.outs[n].ts[:0], t)
+		return
+	}
+	l.outs = append(l.outs, loopOut{to: t.l, ts: []*loopTransport{t}})
+}
+
+// sendOuts hands the turn's connections of other loops to their loops'
+// outboxes, one hand-over per loop, or writes them here if their loop is
+// not turning.
+func (l *loop) sendOuts() {
+	for i := range l.outs {
+		o := &l.outs[i]
+		if !o.to.receive(o.ts) {
+			for _, t := range o.ts {
+				c := t.c
+				c.wr.mu.Lock()
+				c.uncorkedLocked()
+				c.unlockWrite()
+			}
+		}
+		clear(o.ts)
+		o.ts = o.ts[:0]
+		o.to = nil
+	}
+	l.outs = l.outs[:0]
+}
+
+// outboxHold is how long a loop's turn may have run for other loops to
+// still hand it their sends to its connections: what they hand over
+// waits for the end of the turn, and a turn that runs this long is held
+// up by a callback (the watchdog writes what waits in its outbox).
+const outboxHold = 2 * time.Millisecond
+
+// receive puts ts in the loop's outbox, for it to write after its turn,
+// and reports whether it did. It takes nothing from a loop that is not
+// turning (waking it costs more than the writes it would save) or whose
+// turn has run for outboxHold.
+func (l *loop) receive(ts []*loopTransport) bool {
+	if !l.busy.Load() {
+		return false
+	}
+	if start := l.turnStart.Load(); start == 0 || time.Now().UnixNano()-start > int64(outboxHold) {
+		return false
+	}
+	l.taskMu.Lock()
+	defer l.taskMu.Unlock()
+	if !l.busy.Load() {
+		return false
+	}
+	l.outbox = append(l.outbox, ts...)
+	return true
+}
+
+// writeOutbox writes what other loops handed over to a loop whose turn
+// has run too long (see outboxHold), from the watchdog's goroutine.
+func (l *loop) writeOutbox() {
+	l.taskMu.Lock()
+	in := l.outbox
+	l.outbox = nil
+	l.taskMu.Unlock()
+	for _, t := range in {
+		c := t.c
+		c.wr.mu.Lock()
+		c.uncorkedLocked()
+		c.unlockWrite()
+	}
 }
 
 // closePending closes the sockets of the connections that ended, and
@@ -853,6 +1027,9 @@ func (l *loop) closePending() {
 func (l *loop) watchdog() {
 	start := l.turnStart.Load()
 	turn := l.turns.Load()
+	if start != 0 && time.Since(time.Unix(0, start)) > outboxHold {
+		l.writeOutbox()
+	}
 	if start != 0 && turn != l.logged {
 		if d := time.Since(time.Unix(0, start)); d >= loopWatchdog {
 			l.logged = turn
@@ -884,6 +1061,7 @@ type loopTransport struct {
 	addrs  *[2]net.Addr // other than TCP
 
 	// Owned by the loop goroutine.
+	mark      uint64        // the last of the loop's turns that gathered sends for it (gatherLocked, takeOutbox)
 	keepalive time.Duration // the ping and idle period, when the sweep looks after it
 	due       int64         // when the sweep looks next (unix ns)
 

@@ -131,7 +131,7 @@ func main() {
 	flag.BoolVar(&o.compress, "compress-scenarios", true, "run the permessage-deflate scenarios (ids ending in -deflate) when -scenarios does not name them")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 round of 0.5 s windows, 1000 idle connections, report in a temporary directory")
 	flag.StringVar(&o.profile, "profile", "", "instead of the comparison, run this scenario id on rally alone and save a CPU profile of the server in the charts directory")
-	flag.StringVar(&o.profilePeer, "profile-peer", "rally", "the peer -profile runs: rally, or rally-loop for event-loop mode")
+	flag.StringVar(&o.profilePeer, "profile-peer", "rally", "the peer -profile runs: rally, rally-loop for event-loop mode, rally-hub or rally-hub-loop for chat through pubsub.Hub")
 	flag.Parse()
 	if o.quick {
 		o.rounds, o.window, o.warmup, o.idleConns, o.idleHold = 1, 500*time.Millisecond, 200*time.Millisecond, 1000, 500*time.Millisecond

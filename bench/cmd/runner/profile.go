@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rallyws/rally/loadgen"
@@ -35,8 +36,8 @@ func profile(ctx context.Context, o options) error {
 			p = &peers[i]
 		}
 	}
-	if p == nil || (p.Name != "rally" && p.Name != "rally-loop") {
-		return fmt.Errorf("-profile-peer %q: want rally or rally-loop", o.profilePeer)
+	if p == nil || !strings.HasPrefix(p.Name, "rally") {
+		return fmt.Errorf("-profile-peer %q: want rally, rally-loop, rally-hub or rally-hub-loop", o.profilePeer)
 	}
 	tmp, err := os.MkdirTemp("", "rally-bench-")
 	if err != nil {

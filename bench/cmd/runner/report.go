@@ -307,7 +307,7 @@ func (r *report) targets(b *bytes.Buffer) {
 		case loadgen.Echo:
 			name, top := "", math.NaN()
 			for _, p := range r.peers {
-				if p.Kind == "go" && !p.Verbatim && p.Name != "rally" && p.Name != "rally-loop" {
+				if p.Kind == "go" && !p.Verbatim && !strings.HasPrefix(p.Name, "rally") {
 					if v := r.rate(sc.ID, p.Name); !math.IsNaN(v) && (math.IsNaN(top) || v > top) {
 						name, top = p.Name, v
 					}

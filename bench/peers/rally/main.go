@@ -15,6 +15,12 @@
 // connections driven by rally's event loops (rally.Server.EventLoop)
 // instead of a goroutine each.
 //
+// With -hub the chat goes through pubsub.Hub as a user writes it: Open
+// subscribes the connection to one topic, Message publishes what it
+// received with Hub.PublishFrom (publish-to-self on, so the sender gets
+// its own message as in the other peers' rooms). That is the rally-hub
+// peer, and with -event-loop the rally-hub-loop peer.
+//
 // It serves net/http/pprof beside /echo and /chat, for the runner's
 // -profile mode.
 package main
@@ -27,10 +33,12 @@ import (
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/bench/internal/peerflag"
 	"github.com/rallyws/rally/bench/internal/room"
+	"github.com/rallyws/rally/pubsub"
 )
 
 func main() {
 	eventLoop := flag.Bool("event-loop", false, "serve the connections on event loops (rally.Server.EventLoop): the rally-loop peer")
+	hub := flag.Bool("hub", false, "chat through pubsub.Hub (Subscribe on Open, PublishFrom in Message): the rally-hub peers")
 	addr, compress := peerflag.Parse()
 	var deflate *rally.CompressionOptions
 	if compress {
@@ -60,6 +68,17 @@ func main() {
 				m.SendPrepared(pm)
 			}
 		},
+	}
+	if *hub {
+		h, err := pubsub.NewHub(&pubsub.Options{PublishToSelf: true})
+		if err != nil {
+			peerflag.Fail(err)
+		}
+		chat.Open = func(c *rally.Conn) { h.Subscribe(c, "room") }
+		chat.Close = nil // the hub forgets a connection when it ends
+		chat.Message = func(c *rally.Conn, typ rally.MessageType, p []byte) {
+			h.PublishFrom(c, "room", typ, p)
+		}
 	}
 	http.Handle("/echo", echo)
 	http.Handle("/chat", chat)
