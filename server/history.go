@@ -303,10 +303,14 @@ func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
 	}
 }
 
-// goLive sends c the messages its buffer holds after offset, then makes
-// it live. It reports false if sub is no longer c's subscription to
-// topic, or its buffer overflowed (c is closed with 4010 then).
-func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64) bool {
+// goLive sends c first, if not nil, and the messages its buffer holds
+// after offset, then makes it live, all under the topic's lock: a
+// subscribe ack sent as first reaches the client before anything it then
+// publishes is delivered, so a publisher subscribed with no position gets
+// its own message before its publish's ack. It reports false if sub is
+// no longer c's subscription to topic, or its buffer overflowed (c is
+// closed with 4010 then).
+func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64, first []byte) bool {
 	h.mu.RLock()
 	t := h.topics[topic]
 	h.mu.RUnlock()
@@ -320,6 +324,12 @@ func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64
 		return false
 	}
 	defer h.drop(s)
+	if first != nil {
+		if st, err := c.Send(rally.Text, first); err != nil || st == rally.Dropped {
+			c.Close(closeInsufficientState, "insufficient state")
+			return false
+		}
+	}
 	if s.overflow {
 		c.Close(closeInsufficientState, "insufficient state")
 		return false
@@ -374,8 +384,7 @@ func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *
 			if from == nil {
 				// Without a position to start from, the subscription is live
 				// from now on; the client learns it with the next message.
-				s.reply(c, subscribeAck(id, topic, nil, nil, client))
-				s.histHub.goLive(c, topic, sub, 0)
+				s.histHub.goLive(c, topic, sub, 0, subscribeAck(id, topic, nil, nil, client))
 				return
 			}
 		}
@@ -401,6 +410,12 @@ func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *
 		if from != nil {
 			s.recoveries.WithLabelValues(orOK(r.reason)).Inc()
 		}
+		if from == nil {
+			// Nothing to replay: the ack goes with the subscription going
+			// live (see goLive).
+			s.histHub.goLive(c, topic, sub, r.top.offset, ack)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.replayTimeout())
 		defer cancel()
 		if err := c.Write(ctx, rally.Text, ack); err != nil {
@@ -413,7 +428,7 @@ func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *
 			}
 		}
 		s.m.messagesOut.WithLabelValues("message").Add(float64(len(r.envs)))
-		s.histHub.goLive(c, topic, sub, r.top.offset)
+		s.histHub.goLive(c, topic, sub, r.top.offset, nil)
 	}()
 }
 

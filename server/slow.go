@@ -127,11 +127,21 @@ func (w *slowWatch) run() {
 // reasonSlow is the reason of the 1008 a slow subscriber gets.
 const reasonSlow = "too slow: messages for this client stayed at its buffer limit"
 
-// cutSlow ends a /ws connection whose queue stayed at its limit: with a
-// close frame (1008) if its peer still takes bytes, at once otherwise.
+// cutSlow ends a /ws connection whose queue stayed at its limit: a
+// subscriber of a history topic with 4010 (recover what you missed);
+// another with a close frame (1008) if its peer still takes bytes, at once
+// otherwise.
 func (s *Server) cutSlow(c *rally.Conn, moved bool) {
 	s.m.slowCut.Inc()
 	s.log.Debug("slow subscriber cut", "remote", c.RemoteAddr().String(), "close_frame", moved)
+	if ss, ok := c.Data().(*wsSession); ok && ss.recovers.Load() {
+		// A subscriber of a history topic is told, as when a message
+		// for it is dropped, to recover what it misses (4010), its close
+		// frame behind what was queued: a client that reads again gets
+		// it; one that does not is cut after the close timeout.
+		go c.Close(closeInsufficientState, "insufficient state")
+		return
+	}
 	if !moved {
 		c.CloseNow()
 		return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/rallyws/rally"
@@ -22,6 +23,10 @@ type wsSession struct {
 	// hist holds the history topics subscribed to (their subscriptions
 	// are in the server's histHub, not the pubsub hub).
 	hist map[string]bool
+	// recovers is set once the connection subscribes to a history topic:
+	// if it is cut for being slow, it is told to recover (4010) what it
+	// will miss. Read by the slow-subscriber watch, off the callbacks.
+	recovers atomic.Bool
 	// client is the connection's id in presence (made on its first
 	// subscribe to a presence topic); pres the presence topics it is a
 	// member of.
@@ -197,6 +202,7 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 			ss.hist = map[string]bool{}
 		}
 		ss.hist[req.Topic] = true
+		ss.recovers.Store(true)
 		ss.subs++
 		s.subs.Add(1)
 		s.m.subscriptions.Inc()
