@@ -127,6 +127,13 @@ func (h *hostileRun) adversary(ctx context.Context) {
 			a.run(ctx, c)
 		})
 	}
+	h.measureUnderAttack(ctx, f)
+	wg.Wait()
+}
+
+// measureUnderAttack waits for the last third of the run and measures the
+// fast subscriber's rate in it, and what was published.
+func (h *hostileRun) measureUnderAttack(ctx context.Context, f *fastSub) {
 	if wait := time.Until(deadlineOf(ctx).Add(-h.cfg.Duration / 3)); wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -135,7 +142,6 @@ func (h *hostileRun) adversary(ctx context.Context) {
 	}
 	h.res.FastAttackRate = f.rate(ctx, h.cfg.Duration/3)
 	h.res.Published = f.published.Load()
-	wg.Wait()
 }
 
 func pathOf(rawURL string) string {

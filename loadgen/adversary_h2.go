@@ -287,12 +287,5 @@ func (h *hostileRun) h2SlowRead(ctx context.Context) {
 	for range h.cfg.Conns {
 		h.h2NonReader(ctx, pathOf(h.cfg.URL), h.cfg.Size, floodTopic)
 	}
-	if wait := time.Until(deadlineOf(ctx).Add(-h.cfg.Duration / 3)); wait > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
-	h.res.FastAttackRate = f.rate(ctx, h.cfg.Duration/3)
-	h.res.Published = f.published.Load()
+	h.measureUnderAttack(ctx, f)
 }

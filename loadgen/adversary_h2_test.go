@@ -162,16 +162,7 @@ func TestAnHTTP2StreamRefusedWith503ThatCannotTakeTheBodyIsReset(t *testing.T) {
 	// Room for two streams (32 KiB each, within the 75% that what
 	// connections hold may take), not more.
 	budget := rally.NewMemoryBudget(100 << 10)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Protocols: p, Handler: &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}}}
-	go hs.Serve(ln)
-	defer hs.Close()
+	ln := serveH2C(t, &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}})
 	g0, _ := heldNow()
 	const streams = 20
 	o, err := loadgen.OpenH2NonReaders("ws://"+ln.Addr().String()+"/ws", 1, streams, "")
@@ -212,14 +203,7 @@ func TestAnHTTP2WebSocketReadWithReadIsChargedItsPumpUntilItEnds(t *testing.T) {
 		}
 		return -1
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ln := serveH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := rally.Accept(w, r, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
 		if err != nil {
 			return
@@ -230,9 +214,7 @@ func TestAnHTTP2WebSocketReadWithReadIsChargedItsPumpUntilItEnds(t *testing.T) {
 				return
 			}
 		}
-	})}
-	go hs.Serve(ln)
-	defer hs.Close()
+	}))
 	o, err := loadgen.OpenH2NonReaders("ws://"+ln.Addr().String()+"/ws", 1, 1, "")
 	if err != nil {
 		t.Fatal(err)
@@ -240,4 +222,21 @@ func TestAnHTTP2WebSocketReadWithReadIsChargedItsPumpUntilItEnds(t *testing.T) {
 	waitFor(t, "the stream and its pump charged", func() bool { return used() == 56<<10 })
 	o.Close()
 	waitFor(t, "the charge back to zero", func() bool { return used() == 0 })
+}
+
+// serveH2C serves h over HTTP/1.1 and h2c on a loopback listener until
+// the test ends.
+func serveH2C(t *testing.T, h http.Handler) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Protocols: p, Handler: h}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return ln
 }
