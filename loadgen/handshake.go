@@ -103,6 +103,9 @@ func (t *target) dial(ctx context.Context, spread bool) (net.Conn, []byte, error
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
 	d := net.Dialer{LocalAddr: t.localAddr(spread)}
+	if d.LocalAddr != nil {
+		d.Control = bindNoPort
+	}
 	nc, err := d.DialContext(ctx, "tcp", t.addr)
 	if err != nil {
 		return nil, nil, err

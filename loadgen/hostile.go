@@ -432,7 +432,7 @@ func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
 // dialRaw opens a TCP connection to the attacked server, spreading
 // source addresses on loopback.
 func (h *hostileRun) dialRaw(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{LocalAddr: h.t.localAddr(true), Timeout: handshakeTimeout}
+	d := net.Dialer{LocalAddr: h.t.localAddr(true), Timeout: handshakeTimeout, Control: bindNoPort}
 	return d.DialContext(ctx, "tcp", h.t.addr)
 }
 
