@@ -126,9 +126,11 @@ func benchmarkLoopIdle(b *testing.B, opts *ConnOptions) {
 // BenchmarkEventLoopEcho has a loop-served connection echo each message it
 // gets (Write from the Message callback) while a goroutine feeds it frames
 // and another drains the echoes. It reports the write system calls per
-// echoed message.
+// echoed message, and the read system calls: a message of 16 or 64 KiB
+// that has arrived whole is read whole, in one read with the messages
+// after it, not cut by the end of the loop's buffer and gathered.
 func BenchmarkEventLoopEcho(b *testing.B) {
-	for _, size := range []int{16, 1 << 10} {
+	for _, size := range []int{16, 1 << 10, 16 << 10, 64 << 10} {
 		b.Run(sizeName(size), func(b *testing.B) {
 			s := &Server{EventLoop: true, EventLoops: 1, Message: func(c *Conn, typ MessageType, p []byte) {
 				c.Write(b.Context(), typ, p)
@@ -137,11 +139,12 @@ func BenchmarkEventLoopEcho(b *testing.B) {
 			go feed(peer, clientFrames(size, max(1, (64<<10)/(size+14))))
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
-			w0 := loopWriteCalls()
+			w0, r0 := loopWriteCalls(), loopReadCalls()
 			b.ResetTimer()
 			readFrames(b, peer, size, b.N)
 			b.StopTimer()
 			b.ReportMetric(float64(loopWriteCalls()-w0)/float64(b.N), "writes/msg")
+			b.ReportMetric(float64(loopReadCalls()-r0)/float64(b.N), "reads/msg")
 			c.CloseNow()
 			peer.Close()
 			s.Shutdown(b.Context())

@@ -58,11 +58,21 @@ import (
 // A loop's goroutine and epoll instance exist only while it has
 // connections: the last one closing stops it.
 
-// loopReadSize is the size of a loop's read buffer. It is deliberately not
-// a size of the buffer pool's classes: the engine gives read buffers back
-// to the pool (releaseReadBuffer), and bufpool.Put drops a buffer of any
-// other capacity, so the loop's buffer can never end up in the pool.
+// loopReadSize is how much a loop reads at once when the parser has no
+// wish (small frames, many per read), and the length of the loop's
+// buffer as its other readers (TLS records, request heads) see it.
 const loopReadSize = 63 << 10
+
+// loopBufferSize is the capacity of a loop's read buffer: room for a read
+// of whole large frames as the parser asks for it (readSize, up to
+// readAhead), as a reading goroutine's buffer has, so that a 16 KiB or 64
+// KiB message arrives whole in one read and is handed to the callback
+// from the buffer, not cut by the end of a read and gathered (copied) into
+// a buffer of its own. It is deliberately not a size of the buffer pool's
+// classes: the engine gives read buffers back to the pool
+// (releaseReadBuffer), and bufpool.Put drops a buffer of any other
+// capacity, so the loop's buffer can never end up in the pool.
+const loopBufferSize = readAhead + 1<<10
 
 // loopReadsPerEvent bounds the reads of one connection per readiness event,
 // so that a fast sender cannot starve the loop's other connections
@@ -136,6 +146,7 @@ type loop struct {
 	spare2  []*loopTransport
 
 	writes    atomic.Uint64 // write system calls on its connections
+	reads     atomic.Uint64 // read system calls on its connections (benchmarks: reads per message)
 	turnStart atomic.Int64  // when the running turn began (unix ns); 0 while waiting
 	turns     atomic.Uint64
 	watch     *time.Timer
@@ -199,6 +210,19 @@ func loopWriteCalls() uint64 {
 	if p := running.loops.Load(); p != nil {
 		for _, l := range *p {
 			n += l.writes.Load()
+		}
+	}
+	return n
+}
+
+// loopReadCalls is the number of read system calls made on loop
+// connections of the loops running now, for the benchmarks (reads per
+// message).
+func loopReadCalls() uint64 {
+	var n uint64
+	if p := running.loops.Load(); p != nil {
+		for _, l := range *p {
+			n += l.reads.Load()
 		}
 	}
 	return n
@@ -451,7 +475,7 @@ func (l *loop) post(task loopTask) {
 
 func (l *loop) run(started chan<- struct{}) {
 	l.g = currentG()
-	l.buf = make([]byte, loopReadSize)
+	l.buf = make([]byte, loopReadSize, loopBufferSize)
 	setRunning(l, true)
 	l.taskMu.Lock() // the watchdog reads l.watch under it, and may fire before this returns
 	l.watch = time.AfterFunc(loopWatchdog, l.watchdog)
@@ -1120,8 +1144,10 @@ func (t *loopTransport) resumable() bool    { return true }
 func (t *loopTransport) aheadOfKernel() int { return 0 }
 
 // read reads into the loop's buffer, at most loopReadsPerEvent times per
-// readiness event; errLoopDry says there is nothing more for now.
-func (t *loopTransport) read(*[]byte, int) (*[]byte, int, error) {
+// readiness event, as much as size asks for (whole large frames, see
+// readSize) or loopReadSize; errLoopDry says there is nothing more for
+// now.
+func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 	if t.held != nil {
 		// What the connection was left with when it yielded is used up.
 		bufpool.Put(t.held)
@@ -1132,6 +1158,10 @@ func (t *loopTransport) read(*[]byte, int) (*[]byte, int, error) {
 	}
 	t.reads--
 	buf := t.l.buf
+	if size > 0 {
+		buf = buf[:min(size, cap(buf))]
+	}
+	t.l.reads.Add(1)
 	n, err := readFd(uintptr(t.fd), buf)
 	switch {
 	case err == errAgain:
