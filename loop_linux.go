@@ -85,6 +85,16 @@ const loopReadsPerEvent = 4
 // connection past it yields (loopYield) and is resumed in the next turn.
 const loopInflatePerEvent = 1 << 20
 
+// loopSharePerEvent bounds how long one connection's callbacks run per
+// readiness event. loopReadsPerEvent bounds the bytes, not the work they
+// cause: a publish fanned out to a thousand subscribers costs a thousand
+// sends, and four reads of publishes held the loop for seconds, while its
+// other connections (their requests, their hangups, their closes) waited
+// and the sends the turn gathered piled up. A connection past it yields
+// as one past loopInflatePerEvent does. (In goroutine mode the Go
+// scheduler shares the processor between connections the same way.)
+const loopSharePerEvent = time.Millisecond
+
 // loopGatherMax is how much a loop turn gathers for one connection before
 // it writes at once: as much as a cork gathers (corkMax). A prepared
 // message gathered is a reference, not a copy, so gathering more costs
@@ -143,6 +153,7 @@ type loop struct {
 	outs    []loopOut // the turn's connections of other loops, by loop (handOut)
 	closing []*loopTransport
 	again   []*loopTransport // yielded (loopYield): resumed in the next turn
+	began   time.Time        // when the delivery in progress began (loopSharePerEvent)
 	spare2  []*loopTransport
 
 	writes    atomic.Uint64 // write system calls on its connections
@@ -693,22 +704,29 @@ func (c *Conn) loopInflated(n int) {
 	}
 }
 
-// loopYield reports whether c has inflated its share of the loop's turn
-// (loopInflatePerEvent). If so, what is left of its input (of the chunk
-// being inflated, and after it) is moved out of the loop's buffer into one
-// of the connection's own, which the next read gives back, and the loop
-// resumes the connection in its next turn.
+// loopYield reports whether c has had its share of the loop's turn: it
+// inflated loopInflatePerEvent, or its callbacks ran for
+// loopSharePerEvent, in this readiness event. If so, what is left of its
+// input (of the chunk being inflated, and after it) is moved out of the
+// loop's buffer into one of the connection's own, which the next read
+// gives back, and the loop resumes the connection in its next turn.
 func (c *Conn) loopYield() bool {
 	t, ok := c.loopT()
-	if !ok || t.inflated < loopInflatePerEvent {
+	if !ok || t.inflated < loopInflatePerEvent && time.Since(t.l.began) < loopSharePerEvent {
 		return false
 	}
 	if t.held == nil {
-		d := c.z.decomp
-		rest := d.Unread()
+		var rest []byte
+		z := c.z
+		inflating := z != nil && z.inflating
+		if inflating {
+			rest = z.decomp.Unread()
+		}
 		held := bufpool.Get(len(rest) + len(c.rd.in))
 		b := append(append((*held)[:0], rest...), c.rd.in...)
-		d.Rebase(b[:len(rest)])
+		if inflating {
+			z.decomp.Rebase(b[:len(rest)])
+		}
 		c.rd.in = b[len(rest):]
 		*held = b
 		t.held = held
@@ -739,6 +757,7 @@ func (l *loop) deliver(t *loopTransport) {
 	s := l.srv
 	t.reads = loopReadsPerEvent
 	t.inflated, t.again = 0, false
+	l.began = time.Now()
 	for c.rd.end == nil && !c.ended() {
 		typ, p, err := c.nextMessage(nil)
 		if err != nil {
@@ -746,6 +765,9 @@ func (l *loop) deliver(t *loopTransport) {
 		}
 		if s.Message != nil {
 			c.callMessage(s.Message, typ, p)
+		}
+		if c.rd.end == nil && c.loopYield() {
+			break
 		}
 	}
 	if m := &c.rd.msg; m.handed || (m.buf != nil && c.rd.end != nil) {

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -408,6 +409,17 @@ func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
 		r := newReader(fast, 64<<10, rest)
 		for {
 			if _, err := r.next(nil, false); err != nil {
+				if ctx.Err() == nil {
+					// Counted as an answer: a rate that falls to 0 says
+					// why (a history topic's subscriber that fell behind
+					// is closed with 4010, to recover).
+					var ce *closedError
+					if errors.As(err, &ce) {
+						h.answer("fast subscriber: close " + strconv.Itoa(ce.code))
+					} else {
+						h.answer("fast subscriber: " + err.Error())
+					}
+				}
 				return
 			}
 			f.delivered.Add(1)

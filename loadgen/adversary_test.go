@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rallyws/rally/internal/slowness"
 	"github.com/rallyws/rally/loadgen"
 	"github.com/rallyws/rally/server"
 )
@@ -50,7 +51,9 @@ func TestAdversaryLeavesRallyServeHoldingNoConnectionAndNoCharge(t *testing.T) {
 				H2C: true, History: server.HistoryConfig{Topics: []string{"adversary"}}})
 			res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
 				Scenario: "adversary", URL: "ws://" + addr + "/ws", Seed: 3, Conns: 40,
-				Duration: 3 * time.Second, Settle: time.Millisecond,
+				// 3 s on an idle machine: on a busy one the pair and
+				// the clients need longer to connect at all.
+				Duration: slowness.Scale(3 * time.Second), Settle: time.Millisecond,
 				MaxRSS: 1 << 40, MaxProbeP99: time.Hour,
 			})
 			if err != nil {

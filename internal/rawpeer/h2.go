@@ -23,6 +23,7 @@ import (
 type H2Client struct {
 	tr     *http.Transport
 	rt     http.RoundTripper
+	nc     net.Conn // the TCP (or TLS) connection under it
 	scheme string
 	host   string
 }
@@ -37,7 +38,7 @@ func DialH2(addr string, tlsConfig *tls.Config, timeout time.Duration) (*H2Clien
 	if err != nil {
 		return nil, err
 	}
-	h := &H2Client{tr: tr, host: addr}
+	h := &H2Client{tr: tr, nc: nc, host: addr}
 	if tlsConfig == nil {
 		h.scheme = "http"
 		h.rt = tr.TLSNextProto["unencrypted_http2"](addr, tls.Client(unencrypted{nc}, nil))
@@ -56,7 +57,7 @@ func DialH2(addr string, tlsConfig *tls.Config, timeout time.Duration) (*H2Clien
 		tc.Close()
 		return nil, errors.New("rawpeer: the server did not negotiate h2")
 	}
-	h.scheme = "https"
+	h.scheme, h.nc = "https", tc
 	h.rt = tr.TLSNextProto["h2"](addr, tc)
 	return h, nil
 }
@@ -69,6 +70,10 @@ func (u unencrypted) UnencryptedNetConn() net.Conn { return u.Conn }
 
 // Close closes the HTTP/2 connection.
 func (h *H2Client) Close() { h.tr.CloseIdleConnections() }
+
+// Drop closes the TCP connection at once, streams open or not, as a
+// client that goes away without a word (no GOAWAY, no RST_STREAM).
+func (h *H2Client) Drop() { h.nc.Close() }
 
 // DialClient opens a stream to path with an extended CONNECT carrying
 // Sec-WebSocket-Version 13 and header's fields (names as net/http
