@@ -72,7 +72,7 @@ const loopReadsPerEvent = 4
 // loopInflatePerEvent bounds what one connection inflates per readiness
 // event (permessage-deflate): a few KiB of input can inflate to a GiB, and
 // the loop's other connections, and its closes, would wait for it. A
-// connection past it yields (loopYield) and is resumed in the next turn.
+// connection past it yields (yieldInflating) and is resumed in the next turn.
 const loopInflatePerEvent = 1 << 20
 
 // loopGatherMax is how much a loop turn gathers for one connection before
@@ -132,7 +132,7 @@ type loop struct {
 	dirty   []gathered
 	outs    []loopOut // the turn's connections of other loops, by loop (handOut)
 	closing []*loopTransport
-	again   []*loopTransport // yielded (loopYield): resumed in the next turn
+	again   []*loopTransport // yielded (yieldInflating): resumed in the next turn
 	spare2  []*loopTransport
 
 	writes    atomic.Uint64 // write system calls on its connections
@@ -652,7 +652,7 @@ func (l *loop) event(e netpoll.Event) {
 }
 
 // resume goes on with the connections that yielded in the last turn
-// (loopYield) and have not been delivered since.
+// (yieldInflating) and have not been delivered since.
 func (l *loop) resume(again []*loopTransport) {
 	for i, t := range again {
 		again[i] = nil
@@ -662,24 +662,19 @@ func (l *loop) resume(again []*loopTransport) {
 	}
 }
 
-// loopInflated counts n bytes that c inflated in this readiness event.
-func (c *Conn) loopInflated(n int) {
-	if t, ok := c.loopT(); ok {
-		t.inflated += n
-	}
-}
-
-// loopYield reports whether c has inflated its share of the loop's turn
-// (loopInflatePerEvent). If so, what is left of its input (of the chunk
-// being inflated, and after it) is moved out of the loop's buffer into one
-// of the connection's own, which the next read gives back, and the loop
-// resumes the connection in its next turn.
-func (c *Conn) loopYield() bool {
-	t, ok := c.loopT()
-	if !ok || t.inflated < loopInflatePerEvent {
+// yieldInflating counts n more bytes the connection inflated in this
+// readiness event and reports whether it has had its share of the loop's
+// turn (loopInflatePerEvent). If so, what is left of its input (of the
+// chunk being inflated, and after it) is moved out of the loop's buffer
+// into one of the connection's own, which the next read gives back, and
+// the loop resumes the connection in its next turn.
+func (t *loopTransport) yieldInflating(n int) bool {
+	t.inflated += n
+	if t.inflated < loopInflatePerEvent {
 		return false
 	}
 	if t.held == nil {
+		c := t.c
 		d := c.z.decomp
 		rest := d.Unread()
 		held := bufpool.Get(len(rest) + len(c.rd.in))
@@ -1078,7 +1073,7 @@ type loopTransport struct {
 	dropped int // bytes read and dropped while winding down (at most lingerBytes)
 
 	// Owned by the loop goroutine: the turn's share of inflating (see
-	// loopYield).
+	// yieldInflating).
 	inflated int     // bytes inflated in this readiness event
 	again    bool    // yielded: the loop resumes it
 	yielded  uint64  // the mark of the turn it yielded in
