@@ -39,8 +39,8 @@ UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 # The bound on each test binary's run (go test -timeout), met by a busy
 # machine (see test-loaded). A package that hits it panics with the names
 # of the tests still running ("running tests:") and every goroutine's stack.
-CHECK_TIMEOUT ?= 25m
-TEST_TIMEOUT  ?= 45m
+CHECK_TIMEOUT ?= 40m
+TEST_TIMEOUT  ?= 60m
 
 .PHONY: check test test-qemu test-arches test-loaded setup bench fmt hostile fuzz hold100k hold1m release
 
