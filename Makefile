@@ -36,14 +36,20 @@ GO      ?= go
 PKGS    := ./...
 UNIT    := $(shell $(GO) list ./... 2>/dev/null | grep -v '/interop')
 
+# The bound on each test binary's run (go test -timeout), met by a busy
+# machine (see test-loaded). A package that hits it panics with the names
+# of the tests still running ("running tests:") and every goroutine's stack.
+CHECK_TIMEOUT ?= 40m
+TEST_TIMEOUT  ?= 60m
+
 .PHONY: check test test-qemu test-arches test-loaded setup bench fmt hostile fuzz hold100k hold1m release
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
-	$(GO) test -race -short -count=1 $(UNIT)
-	$(GO) test -tags purego -count=1 ./frame/
-	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
+	$(GO) test -race -short -count=1 -timeout $(CHECK_TIMEOUT) $(UNIT)
+	$(GO) test -tags purego -count=1 -timeout $(CHECK_TIMEOUT) ./frame/
+	$(GO) test -count=1 -timeout $(CHECK_TIMEOUT) -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
 
 setup:
 	bash interop/setup.sh
@@ -51,17 +57,17 @@ setup:
 test: setup
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-	RALLY_TEST_EVENT_LOOP=1 $(GO) test -race -short -count=1 . # every root Server test again, on event loops
-	$(GO) test -tags purego -count=1 ./frame/
-	$(GO) test -count=1 -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	RALLY_TEST_EVENT_LOOP=1 $(GO) test -race -short -count=1 -timeout $(CHECK_TIMEOUT) . # every root Server test again, on event loops
+	$(GO) test -tags purego -count=1 -timeout $(CHECK_TIMEOUT) ./frame/
+	$(GO) test -count=1 -timeout $(CHECK_TIMEOUT) -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
 	$(MAKE) test-qemu
 
 # Goroutine identity without assembly (-tags rally_nogid), then the contract,
 # model and event-loop tests on arm64 and 32-bit arm under qemu-user
 # (scripts/test-qemu.sh).
 test-qemu:
-	$(GO) test -race -count=1 -tags rally_nogid -run 'CurrentG|Cork|EventLoopTurn|EventLoopWrite' .
+	$(GO) test -race -count=1 -timeout $(CHECK_TIMEOUT) -tags rally_nogid -run 'CurrentG|Cork|EventLoopTurn|EventLoopWrite' .
 	bash scripts/test-qemu.sh
 
 # The same tests on the other architectures Go supports on Linux

@@ -110,6 +110,7 @@ type compression struct {
 	// The reader's: the compressed message being inflated, piece by piece
 	// as its frames arrive.
 	inflating bool // a chunk was fed and may still give pieces
+	piece     int  // bytes of the last piece, not yet told to the transport (yieldInflating)
 	op        frame.Opcode
 	first     bool // the next piece is the message's first
 	fin       bool // the chunk fed ends the message
@@ -218,6 +219,7 @@ func (c *Conn) nextPiece() (ev event, ok bool, err error) {
 	}
 	if p != nil {
 		z.size += int64(len(p))
+		z.piece = len(p)
 		if limit := c.rd.p.readLimit; limit > 0 && z.size > limit {
 			return event{}, false, c.inflateFailed(violation(frame.CloseTooBig, "message larger than the read limit"))
 		}

@@ -82,7 +82,7 @@ const loopReadsPerEvent = 4
 // loopInflatePerEvent bounds what one connection inflates per readiness
 // event (permessage-deflate): a few KiB of input can inflate to a GiB, and
 // the loop's other connections, and its closes, would wait for it. A
-// connection past it yields (loopYield) and is resumed in the next turn.
+// connection past it yields (yieldInflating) and is resumed in the next turn.
 const loopInflatePerEvent = 1 << 20
 
 // loopSharePerEvent bounds how long one connection's callbacks run per
@@ -152,7 +152,7 @@ type loop struct {
 	dirty   []gathered
 	outs    []loopOut // the turn's connections of other loops, by loop (handOut)
 	closing []*loopTransport
-	again   []*loopTransport // yielded (loopYield): resumed in the next turn
+	again   []*loopTransport // yielded (yield): resumed in the next turn
 	began   time.Time        // when the delivery in progress began (loopSharePerEvent)
 	spare2  []*loopTransport
 
@@ -687,7 +687,7 @@ func (l *loop) event(e netpoll.Event) {
 }
 
 // resume goes on with the connections that yielded in the last turn
-// (loopYield) and have not been delivered since.
+// (yieldInflating) and have not been delivered since.
 func (l *loop) resume(again []*loopTransport) {
 	for i, t := range again {
 		again[i] = nil
@@ -697,25 +697,26 @@ func (l *loop) resume(again []*loopTransport) {
 	}
 }
 
-// loopInflated counts n bytes that c inflated in this readiness event.
-func (c *Conn) loopInflated(n int) {
-	if t, ok := c.loopT(); ok {
-		t.inflated += n
-	}
+// yieldInflating counts n more bytes the connection inflated in this
+// readiness event and reports whether it has had its share of the loop's
+// turn (yield).
+func (t *loopTransport) yieldInflating(n int) bool {
+	t.inflated += n
+	return t.yield()
 }
 
-// loopYield reports whether c has had its share of the loop's turn: it
-// inflated loopInflatePerEvent, or its callbacks ran for
+// yield reports whether the connection has had its share of the loop's
+// turn: it inflated loopInflatePerEvent, or its callbacks ran for
 // loopSharePerEvent, in this readiness event. If so, what is left of its
 // input (of the chunk being inflated, and after it) is moved out of the
 // loop's buffer into one of the connection's own, which the next read
 // gives back, and the loop resumes the connection in its next turn.
-func (c *Conn) loopYield() bool {
-	t, ok := c.loopT()
-	if !ok || t.inflated < loopInflatePerEvent && time.Since(t.l.began) < loopSharePerEvent {
+func (t *loopTransport) yield() bool {
+	if t.inflated < loopInflatePerEvent && time.Since(t.l.began) < loopSharePerEvent {
 		return false
 	}
 	if t.held == nil {
+		c := t.c
 		var rest []byte
 		z := c.z
 		inflating := z != nil && z.inflating
@@ -766,7 +767,7 @@ func (l *loop) deliver(t *loopTransport) {
 		if s.Message != nil {
 			c.callMessage(s.Message, typ, p)
 		}
-		if c.rd.end == nil && c.loopYield() {
+		if c.rd.end == nil && t.yield() {
 			break
 		}
 	}
@@ -1124,7 +1125,7 @@ type loopTransport struct {
 	dropped int // bytes read and dropped while winding down (at most lingerBytes)
 
 	// Owned by the loop goroutine: the turn's share of inflating (see
-	// loopYield).
+	// yieldInflating).
 	inflated int     // bytes inflated in this readiness event
 	again    bool    // yielded: the loop resumes it
 	yielded  uint64  // the mark of the turn it yielded in

@@ -20,9 +20,3 @@ func loopWriteCalls() uint64 { return 0 }
 
 // writeCalls is 0: no event loop runs here.
 func (g *loopGroup) writeCalls() uint64 { return 0 }
-
-// loopYield reports false: no loop turn is shared.
-func (c *Conn) loopYield() bool { return false }
-
-// loopInflated does nothing: no loop turn is shared.
-func (c *Conn) loopInflated(int) {}

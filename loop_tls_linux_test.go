@@ -72,7 +72,7 @@ func serveWSS(t *testing.T, s *rally.Server) string {
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(rally.NewTLSListener(ln, tlsServerConfig(t))) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*wireTimeout())
 		defer cancel()
 		s.Shutdown(ctx)
 		<-served
@@ -95,7 +95,7 @@ func dialWSS(t *testing.T, url string) *rally.Conn {
 // echoOver sends each message and reads its echo.
 func echoOver(t *testing.T, c *rally.Conn, msgs ...[]byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*wireTimeout())
 	defer cancel()
 	for _, m := range msgs {
 		if err := c.Write(ctx, rally.Binary, m); err != nil {

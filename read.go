@@ -281,9 +281,11 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				// its turn.
 				return event{}, c.endRead(c.ioEnd(net.ErrClosed), false)
 			}
-			if c.loopYield() {
-				// The connection inflated its share of an event loop's
-				// turn: the loop comes back to it after the others.
+			// Whoever drives the reads may want them back (an event loop
+			// shares its turn): it comes back to the connection later.
+			n := z.piece
+			z.piece = 0
+			if c.t.yieldInflating(n) {
 				return event{}, errLoopDry
 			}
 			// Pieces of a compressed message come before more input: they
@@ -293,7 +295,6 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 				return event{}, err
 			}
 			if ok {
-				c.loopInflated(len(ev.payload))
 				return ev, nil
 			}
 		}

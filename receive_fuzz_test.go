@@ -172,7 +172,7 @@ func clientReceive(t *testing.T, stream []byte, compress bool) []string {
 	if !compress {
 		opts.Compression = &rally.CompressionOptions{Disabled: true}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wireTimeout())
 	defer cancel()
 	c, _, err := rally.Dial(ctx, "ws://fuzz.invalid/", opts)
 	if err != nil {
@@ -186,7 +186,7 @@ func clientReceive(t *testing.T, stream []byte, compress bool) []string {
 func readAll(t *testing.T, c *rally.Conn) []string {
 	var got []string
 	defer c.CloseNow()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wireTimeout())
 	defer cancel()
 	for {
 		typ, p, err := c.Read(ctx)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // The tests of this file pin the non-blocking send from the outside:
@@ -476,7 +477,13 @@ func TestSendDoneNeverCallsTheCompletionOfADroppedSend(t *testing.T) {
 }
 
 func TestSendFromManyGoroutinesKeepsEachGoroutinesOrderAndTypes(t *testing.T) {
-	const senders, perSender = 8, 200
+	const senders = 8
+	perSender := 200
+	if testing.Short() {
+		// Every size and type still goes through the queue from every
+		// sender, interleaved with the others, a few times over.
+		perSender = 60
+	}
 	sizes := []int{0, 7, 125, 126, 4000, 70_000}
 	// Message g/i: "g:i:" then filler; sender g uses Send (even g),
 	// SendDone (odd g) or, for the last, the blocking Write, and its type
@@ -488,8 +495,9 @@ func TestSendFromManyGoroutinesKeepsEachGoroutinesOrderAndTypes(t *testing.T) {
 	}
 	sides(t, rally.ConnOptions{BufferLimit: -1}, func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool, _ func([]byte) []byte) {
 		// The blocking Write waits behind everything the others queued:
-		// give it more than one step's time under the race detector.
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		// give it more than one step's time under the race detector, on a
+		// busy machine.
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(60*time.Second))
 		defer cancel()
 		var wg sync.WaitGroup
 		errs := make(chan error, senders+1)

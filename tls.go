@@ -387,6 +387,10 @@ func (t *tlsTransport) resumable() bool { return true }
 // in the kernel: the queue treats those bytes as started.
 func (t *tlsTransport) aheadOfKernel() int { return t.ahead }
 
+// yieldInflating is false: a goroutine reads the connection (a
+// loop's TLS socket answers as the loop does, see loopTLSTransport).
+func (t *tlsTransport) yieldInflating(int) bool { return false }
+
 // backlogged reports whether ciphertext waits for the kernel (see
 // backlogWriter).
 func (t *tlsTransport) backlogged() bool { return t.s.backlogged() }

@@ -94,6 +94,16 @@ type transport interface {
 	// owner drives the reads (an event loop) returns errLoopDry when what
 	// arrived is used up, instead of waiting.
 	read(buf *[]byte, size int) (*[]byte, int, error)
+
+	// yieldInflating is asked by the reader before each piece it inflates
+	// of a compressed message, told the bytes the previous piece gave (0
+	// after new input): it reports whether the reader stops here and
+	// returns errLoopDry, to be read again later. A transport whose owner
+	// shares its turn among connections (an event loop) says yes once the
+	// connection has inflated its share, and keeps the input left for the
+	// next read; one read by a goroutine of the connection's own never
+	// yields (the scheduler shares the machine).
+	yieldInflating(n int) bool
 }
 
 // outbox is a connection's send queue as its transport's flush sees it.
@@ -239,6 +249,9 @@ func (t *socketTransport) canTry() bool { return true }
 
 func (t *socketTransport) aheadOfKernel() int { return 0 }
 
+// yieldInflating is false: a goroutine reads the connection.
+func (t *socketTransport) yieldInflating(int) bool { return false }
+
 func (t *socketTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
 	t.rsize = size
 	t.rbuf = buf
@@ -324,6 +337,9 @@ func writeSegment(lock *sync.Mutex, out outbox, w io.Writer) error {
 }
 
 func (t *streamTransport) aheadOfKernel() int { return 0 }
+
+// yieldInflating is false: a goroutine reads the connection.
+func (t *streamTransport) yieldInflating(int) bool { return false }
 
 func (t *streamTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
 	size := smallReadBufferSize

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // Close codes by class (RFC 6455 7.4): what may appear in a close frame.
@@ -402,14 +403,15 @@ func TestPingIntervalKeepsALivePeerOpenPastTheIdleTimeout(t *testing.T) {
 	s := &rally.Server{
 		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{
 			// The idle timeout is far above what a loaded machine can delay
-			// an answer by; the pings come often enough to outlast it.
-			PingInterval: 100 * time.Millisecond,
-			IdleTimeout:  2 * time.Second,
+			// an answer by (both scale with the load); the pings come
+			// often enough to outlast it.
+			PingInterval: slowness.Scale(100 * time.Millisecond),
+			IdleTimeout:  slowness.Scale(2 * time.Second),
 		}},
 		Close: rec.close,
 	}
 	p := dialPeer(t, serve(t, s))
-	// Answer 25 pings: 2.5 s or more, past the idle timeout.
+	// Answer 25 pings: 1.25 idle timeouts or more.
 	for range 25 {
 		f, raw := readRaw(t, p)
 		if f.Opcode != rawpeer.OpPing {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // sides runs f against a server connection (Accept) and a client
@@ -30,7 +31,13 @@ func sides(t *testing.T, opts rally.ConnOptions, f func(t *testing.T, c *rally.C
 }
 
 func TestConcurrentWritersEachMessageArrivesWholeInOrderWithItsType(t *testing.T) {
-	const writers, perWriter = 8, 60
+	const writers = 8
+	perWriter := 60
+	if testing.Short() {
+		// Each writer still sends every size a few times, interleaved
+		// with the others.
+		perWriter = 24
+	}
 	sizes := []int{8, 125, 126, 65535, 65536, 100_000}
 	// message g/i: byte g, uint32 i, then bytes g+i; even writers send
 	// Text (not valid UTF-8: sent unchanged), odd ones Binary.
@@ -42,8 +49,9 @@ func TestConcurrentWritersEachMessageArrivesWholeInOrderWithItsType(t *testing.T
 	}
 	typeOf := func(g int) rally.MessageType { return []rally.MessageType{rally.Text, rally.Binary}[g%2] }
 	sides(t, rally.ConnOptions{}, func(t *testing.T, c *rally.Conn, p *rawpeer.Peer, masked bool, _ func([]byte) []byte) {
-		// About 20 MB cross: a generous bound, for a loaded machine under -race.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// About 20 MB cross (8 under -short): a generous bound, scaled by
+		// the load, for a busy machine under -race.
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(time.Minute))
 		defer cancel()
 		var wg sync.WaitGroup
 		errs := make(chan error, writers)
