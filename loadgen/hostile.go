@@ -32,6 +32,10 @@ var hostileScenarios = []struct{ name, what string }{
 	{"slow-read", "--conns (2000) subscribers of a /ws topic that never read while one client publishes 1 KiB\n              messages as fast as it can; a fast subscriber's rate is compared with its rate alone"},
 	{"h2-slow-read", "--conns (5) HTTP/2 connections (h2c for ws://, h2 for wss://) of --size (1000) WebSocket streams each\n              that never read (window 0), subscribed to a topic of /ws that one client floods; a fast\n              HTTP/1.1 subscriber's rate is compared with its rate alone"},
 	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
+	{"ping-flood", "--conns (100) connections to an echo endpoint sending pings as fast as the socket takes them"},
+	{"many-subs", "--conns (5000) connections to /ws of rally serve, each subscribing to --size (100) topics of its\n              own with 128-byte names and reading"},
+	{"reconnect-old", "one client publishes --size (999) messages on the history topic \"hostile\" of /ws (serve with\n              --history hostile --history-size 1000), then --conns (2000) clients reconnect at once, each\n              recovering them all from the position before them, again and again"},
+	{"bomb", "--conns (50) clients of an echo endpoint each sending a compressed message that inflates to\n              --size (2 GiB), on a new connection each time, again and again"},
 	{"adversary", "--conns (200) clients each picking, from --seed, a behaviour: slowloris, head-hold, partial,\n              non-reader, bomb, ping-flood, reconnect, garbage, many-subs, publisher or subscriber;\n              URL is the /ws endpoint of rally serve. After all leave, the server must hold no\n              connection and no budget charge (read from --metrics, default /metrics on the host)"},
 }
 
@@ -198,10 +202,12 @@ func (h *hostileRun) closeAll() {
 
 func hostileDefaults(cfg HostileConfig) HostileConfig {
 	if cfg.Conns <= 0 {
-		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "h2-slow-read": 5, "garbage": 10000, "adversary": 200}[cfg.Scenario]
+		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "h2-slow-read": 5, "garbage": 10000, "adversary": 200,
+			"ping-flood": 100, "many-subs": 5000, "reconnect-old": 2000, "bomb": 50}[cfg.Scenario]
 	}
 	if cfg.Size <= 0 {
-		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1, "h2-slow-read": 1000}[cfg.Scenario]
+		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1, "h2-slow-read": 1000,
+			"many-subs": 100, "reconnect-old": 999, "bomb": 2 << 30}[cfg.Scenario]
 	}
 	if cfg.Duration <= 0 {
 		cfg.Duration = 20 * time.Second
@@ -221,7 +227,10 @@ func hostileDefaults(cfg HostileConfig) HostileConfig {
 			cfg.ProbeURL = u.String()
 		}
 	}
-	if cfg.Scenario == "adversary" && cfg.MetricsURL == "" {
+	// What the server holds after the attack is read from its metrics:
+	// the adversary's always, the others' when the server's memory is
+	// read by its pid (else the metrics are where RSS is read from).
+	if (cfg.Scenario == "adversary" || cfg.ServerPID > 0) && cfg.MetricsURL == "" {
 		if u, err := url.Parse(cfg.URL); err == nil {
 			u.Scheme = map[string]string{"ws": "http", "wss": "https"}[u.Scheme]
 			u.Path, u.RawQuery, u.User = "/metrics", "", nil
@@ -278,6 +287,14 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 		h.garbage(attack)
 	case "adversary":
 		h.adversary(attack)
+	case "ping-flood":
+		h.pingFlood(attack)
+	case "many-subs":
+		h.manySubs(attack)
+	case "reconnect-old":
+		h.reconnectOld(attack)
+	case "bomb":
+		h.bombs(attack)
 	}
 	<-attack.Done()
 	wg.Wait()
@@ -290,10 +307,13 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 	h.res.Probe = hist.summary()
 	h.res.Probe.Buckets = nil
 	settled := time.Now()
-	if cfg.Scenario == "adversary" {
+	switch {
+	case cfg.Scenario == "adversary":
 		// The server must let every connection go; a generous bound, for
 		// a busy machine, that ends as soon as it has.
 		h.awaitServerEmpty(ctx, max(cfg.Settle, 60*time.Second))
+	case cfg.MetricsURL != "":
+		h.awaitServerEmpty(ctx, cfg.Settle)
 	}
 	select {
 	case <-ctx.Done():
@@ -337,7 +357,11 @@ func (h *hostileRun) verdict() {
 func (r *HostileResult) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "%s: %s  %d connections (%d opened) against %s\n", r.Scenario, r.Verdict, r.Conns, r.Opened, r.URL)
 	if r.RSSSource != "" {
-		fmt.Fprintf(w, "  server RSS (%s): before %s, peak %s, %s after %s\n", r.RSSSource, Bytes(r.RSSBefore), Bytes(r.RSSPeak), r.Settle, Bytes(r.RSSAfter))
+		fmt.Fprintf(w, "  server RSS (%s): before %s, peak %s, %s after %s", r.RSSSource, Bytes(r.RSSBefore), Bytes(r.RSSPeak), r.Settle, Bytes(r.RSSAfter))
+		if r.RSSBefore > 0 {
+			fmt.Fprintf(w, " (%.2fx before)", float64(r.RSSAfter)/float64(r.RSSBefore))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  fresh echo client: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d probes, %d failed\n",
 		r.Probe.P50/1e3, r.Probe.P99/1e3, r.Probe.Max/1e3, r.Probes, r.ProbeFailures)

@@ -2,7 +2,8 @@
 # make hostile: the hostile scenarios of `rally bench` against
 # `rally serve --memory-limit 512MiB` (its other settings at their
 # defaults, with HTTP/2 without TLS and history on the adversary's topic
-# for h2-slow-read and the adversary), one after the other, on loopback.
+# and reconnect-old's, for h2-slow-read, reconnect-old and the adversary),
+# one after the other, on loopback.
 # Takes a few minutes.
 #
 #   HOSTILE_DURATION  how long each attack is held (default 20s)
@@ -28,7 +29,7 @@ $GO build -o "$bin" ./cmd/rally || exit 1
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 18790)
-"$bin" serve --addr "127.0.0.1:$port" --memory-limit "$limit" --h2c --history adversary --log-level warn 2>"$out/serve.log" >/dev/null &
+"$bin" serve --addr "127.0.0.1:$port" --memory-limit "$limit" --h2c --history adversary,hostile --history-size 1000 --log-level warn 2>"$out/serve.log" >/dev/null &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
 for _ in $(seq 100); do
@@ -52,6 +53,10 @@ run partial-echo-limit partial /echo --size 1048575
 run slow-read slow-read /ws
 run h2-slow-read h2-slow-read /ws
 run garbage garbage /echo
+run ping-flood ping-flood /echo
+run many-subs many-subs /ws
+run reconnect-old reconnect-old /ws
+run bomb bomb /echo
 run adversary adversary /ws --seed "${HOSTILE_SEED:-1}"
 echo "rally serve --memory-limit $limit: results in $out/, its log in $out/serve.log"
 exit $status

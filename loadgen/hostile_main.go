@@ -61,7 +61,7 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("rally bench")
 	var cfg HostileConfig
 	fs.IntVar(&cfg.Conns, "conns", 0, "attacking connections (default: the scenario's)")
-	cli.BytesVar(fs, &cfg.Size, "size", 0, "bytes of a held head (head-hold, default 1MiB) or message (partial, default 16MiB - 1);\nh2-slow-read: streams per connection (default 1000)")
+	cli.BytesVar(fs, &cfg.Size, "size", 0, "bytes of a held head (head-hold, default 1MiB) or message (partial, default 16MiB - 1),\nor what a bomb inflates to (bomb, default 2GiB, a multiple of 1MiB); h2-slow-read: streams\nper connection (default 1000); many-subs: topics per connection (default 100);\nreconnect-old: messages each client recovers (default 999)")
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the attack is held")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long after the attack the server's memory is read again")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine, to read its memory")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -142,5 +143,51 @@ func TestNATSWithoutAClusterSecretOrBeyondLoopbackWithoutAuthRefusesToStart(t *t
 		if err != nil && strings.Contains(err.Error(), testClusterSecret) {
 			t.Errorf("%s: the error shows the secret: %v", name, err)
 		}
+	}
+}
+
+func TestAHistoryRecordWrittenStraightIntoJetStreamIsDroppedAndCountedNotDelivered(t *testing.T) {
+	cfg := historyConfig()
+	cfg.NATS = NATSConfig{Embedded: "127.0.0.1:0"}
+	cfg.History.StoreDir = t.TempDir()
+	s := serve(t, cfg)
+	sub := dial(t, s.ws+"/ws", nil)
+	sub.subscribeAt("h.x", nil)
+	pub := dial(t, s.ws+"/ws", nil)
+	pub.send(`{"type":"publish","topic":"h.x","data":1}`)
+	one, _ := sub.message("h.x")
+
+	// What a client of NATS without the cluster secret can write: a
+	// record naming the topic's last one as its predecessor, as a node
+	// writes it, but not signed.
+	nc, err := nats.Connect(s.embeddedNATS.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	forged := &nats.Msg{
+		Subject: "rally.h.t" + base64.RawURLEncoding.EncodeToString([]byte("h.x")),
+		Data:    []byte(`666`),
+		Header:  nats.Header{"Rally-Prev": {fmt.Sprint(one.offset)}},
+	}
+	if _, err := nc.RequestMsg(forged, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	awaitMetric(t, s.http, `rally_nats_drops_total{reason="forged"}`, 1)
+
+	// The next genuine record reaches the subscriber as following the
+	// first (not as a gap: no 4010), and a recovery from the first
+	// replays it alone.
+	pub.send(`{"type":"publish","topic":"h.x","data":2}`)
+	if _, n := sub.message("h.x"); n != 2 {
+		t.Fatalf("got message %d, want 2", n)
+	}
+	back := dial(t, s.ws+"/ws", nil)
+	ack := back.subscribeAt("h.x", &one)
+	if ack.Recovered == nil || !*ack.Recovered {
+		t.Fatalf("recovery from %d: %+v, want recovered", one.offset, ack)
+	}
+	if _, n := back.message("h.x"); n != 2 {
+		t.Fatalf("replayed message %d, want 2", n)
 	}
 }

@@ -44,7 +44,7 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	def := server.DefaultMemoryLimit()
 	p.MemoryLimit = def
 	fs.Var(&byteSize{v: &p.MemoryLimit, min: 32 << 20, max: max(server.MemoryAvailable(), 4*def), off: true, def: fmt.Sprintf("%.1fGiB (%s)", float64(def)/(1<<30), server.DefaultMemoryLimitRule)}, "memory-limit",
-		"memory budget: from 80% of it the clients holding the most are cut (1013);\npast 90% of it new WebSocket handshakes get 503; also the Go runtime's soft\nlimit (unless GOMEMLIMIT is set); at most this machine's memory; \"off\": no\nlimit")
+		"memory budget: from 80% of it the clients holding the most are cut (1013);\npast 90% of it new WebSocket handshakes get 503; less a sixteenth (at least\n16 MiB), also the Go runtime's soft limit (unless GOMEMLIMIT is set); at most this machine's memory; \"off\": no\nlimit")
 	p.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	fs.Var(&cli.Bytes[int]{P: &p.MaxHeaderBytes, Min: 1 << 10, Max: 1 << 20}, "max-header-bytes", "largest request head; larger get 431")
 	p.MaxPendingHandshakes = server.DefaultMaxPendingHandshakes
@@ -68,14 +68,25 @@ func protectFlags(fs *flag.FlagSet, p *server.Protection, n *server.NATSConfig) 
 	fs.StringVar(&n.ClusterSecret, "cluster-secret", "", "secret that signs every message between nodes, the same on every node (at\nleast 16 bytes; needed with NATS): a message not signed with it is dropped")
 }
 
-// setRuntimeMemoryLimit makes the memory budget the Go runtime's soft
-// limit too, unless GOMEMLIMIT says otherwise: the garbage collector then
-// works harder as the process nears it, instead of letting garbage grow.
+// setRuntimeMemoryLimit makes the memory budget, less its headroom
+// (runtimeMemoryLimit), the Go runtime's soft limit too, unless GOMEMLIMIT
+// says otherwise: the garbage collector then works harder as the process
+// nears it, instead of letting garbage grow.
 func setRuntimeMemoryLimit(limit int64) {
 	if limit <= 0 || os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	debug.SetMemoryLimit(limit)
+	debug.SetMemoryLimit(runtimeMemoryLimit(limit))
+}
+
+// runtimeMemoryLimit is the Go runtime's soft limit for a memory budget of
+// limit bytes: limit less a sixteenth of it, and at least 16 MiB (at most
+// half of it). The runtime's limit counts what the runtime maps, not the
+// executable's pages (about 16 MiB of RSS at start) nor its overshoot while
+// the collector catches up with garbage (buffers that grew, given back but
+// not yet collected): that headroom keeps RSS under limit.
+func runtimeMemoryLimit(limit int64) int64 {
+	return limit - min(max(limit/16, 16<<20), limit/2)
 }
 
 // byteSize is a flag holding a size in bytes between min and max

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -89,5 +91,30 @@ func protectConfigChecks(s *serveSetup) map[string]bool {
 		"max-pending-handshakes": c.MaxPendingHandshakes == 10,
 		"echo-max-message-bytes": c.EchoMaxMessageBytes == 2<<20,
 		"ops-addr":               c.OpsAddr == "127.0.0.1:9998",
+	}
+}
+
+// The Go runtime's soft limit leaves headroom under --memory-limit for
+// what it does not count (the executable's pages) and for its overshoot,
+// so that RSS stays under the limit.
+func TestTheRuntimesSoftLimitLeavesHeadroomUnderTheMemoryLimit(t *testing.T) {
+	for _, tc := range []struct{ limit, want int64 }{
+		{512 << 20, 480 << 20},
+		{128 << 20, 112 << 20},
+		{32 << 20, 16 << 20},
+		{8 << 30, 7680 << 20},
+	} {
+		if got := runtimeMemoryLimit(tc.limit); got != tc.want {
+			t.Errorf("runtimeMemoryLimit(%d MiB) = %d MiB, want %d MiB", tc.limit>>20, got>>20, tc.want>>20)
+		}
+	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		t.Skip("GOMEMLIMIT is set: the server leaves the runtime's limit to it")
+	}
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	setRuntimeMemoryLimit(512 << 20)
+	if got := debug.SetMemoryLimit(-1); got != 480<<20 {
+		t.Errorf("the runtime's soft limit for --memory-limit 512MiB is %d MiB, want 480 MiB", got>>20)
 	}
 }

@@ -41,6 +41,12 @@
 // included). A broker with a secret drops every message without a valid
 // one; a broker without a secret reads version 1 only.
 //
+// A History opened on a broker with a secret signs each record it stores
+// too (the header Rally-Mac: the HMAC-SHA256 of the subject, the record's
+// Rally-Prev, its Rally-Encoding and its data, each but the data followed
+// by a zero byte, in unpadded base64url), and drops and counts a record of
+// the stream without a valid one (see History).
+//
 // Each broker numbers its publishes per topic, 1, 2, 3 and so on, within a
 // stream it picks at random (and picks again when it forgets its counters).
 // A receiving broker that sees a number jump knows how many messages of

@@ -2,6 +2,9 @@ package natsbroker
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -23,6 +26,9 @@ const (
 	hdrPrev = "Rally-Prev"
 	// hdrEncoding is "base64" when the data is base64 of bytes.
 	hdrEncoding = "Rally-Encoding"
+	// hdrMAC, with a cluster secret, is the record's HMAC-SHA256 under
+	// it (recordMAC), base64url without padding.
+	hdrMAC = "Rally-Mac"
 )
 
 // HistoryOptions configure OpenHistory.
@@ -65,7 +71,15 @@ type Record struct {
 // so Since can prove that nothing between two messages of a topic was
 // lost. Publishes on one topic are serialised across nodes by that check
 // (a node that loses the race re-reads and retries).
+//
+// With a cluster secret (WithClusterSecret) every record is signed as it
+// is stored, and a record of the stream without a valid signature (written
+// into the stream by a client of NATS that lacks the secret), or a signed
+// one written again, is neither delivered nor replayed by Since: it is
+// dropped and counted in the broker's Stats.Forged, and the next genuine
+// record is delivered as following the last genuine one.
 type History struct {
+	b       *Broker
 	js      jetstream.JetStream
 	stream  jetstream.Stream
 	prefix  string
@@ -76,6 +90,9 @@ type History struct {
 
 	mu     sync.Mutex
 	topics map[string]*histTopic
+
+	// seen is used by handle alone (the consumer's one goroutine).
+	seen map[string]histSeen
 }
 
 // histTopic is what a node knows of one topic it publishes on: the last
@@ -130,7 +147,7 @@ func (b *Broker) OpenHistory(ctx context.Context, o HistoryOptions, deliver func
 	if err != nil {
 		return nil, fmt.Errorf("natsbroker: history stream %s: %w", o.Stream, err)
 	}
-	h := &History{js: js, stream: st, prefix: prefix, deliver: deliver, onError: onError, topics: map[string]*histTopic{}}
+	h := &History{b: b, js: js, stream: st, prefix: prefix, deliver: deliver, onError: onError, topics: map[string]*histTopic{}, seen: map[string]histSeen{}}
 	h.setEpoch(st.CachedInfo())
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{prefix + ".*"},
@@ -171,7 +188,78 @@ func (h *History) handle(m jetstream.Msg) {
 	}
 	r := record(topic, meta.Sequence.Stream, m.Headers(), m.Data())
 	h.saw(topic, r.Seq)
+	last, known := h.seen[topic]
+	if len(h.seen) >= maxHistTopics && !known {
+		clear(h.seen)
+	}
+	ok := h.authentic(m.Subject(), m.Headers(), m.Data())
+	if ok && known && r.Prev != last.last {
+		// Signed, but not where it was written: JetStream checked
+		// that a record names the topic's last one when it stored it.
+		h.b.forged.Add(1)
+		ok = false
+	}
+	if !ok {
+		if known {
+			h.seen[topic] = histSeen{last: r.Seq, genuine: last.genuine}
+		}
+		return
+	}
+	if known {
+		// The records after last.genuine, if any, were forged and
+		// dropped: r follows last.genuine.
+		r.Prev = last.genuine
+	}
+	h.seen[topic] = histSeen{last: r.Seq, genuine: r.Seq}
 	h.deliver(r)
+}
+
+// histSeen is what the stream's consumer last saw of a topic: the
+// sequence of its last record, and of its last genuine one.
+type histSeen struct{ last, genuine uint64 }
+
+// recordMAC returns the HMAC-SHA256 under secret of a record stored on
+// subject: the subject, its predecessor's sequence, its encoding and its
+// data, each but the data followed by a zero byte. The sequence JetStream
+// gives the record is not known when it is signed; the predecessor it
+// names is, and JetStream checks it as it stores the record, so a signed
+// record written again into the stream names a predecessor that is not
+// the record before it, and is dropped as forged too (live, once the
+// consumer has seen the topic's record before it; in Since, after the
+// first record of a replay).
+func recordMAC(secret []byte, subject, prev, encoding string, data []byte) []byte {
+	mac := hmac.New(sha256.New, secret)
+	for _, s := range []string{subject, prev, encoding} {
+		mac.Write([]byte(s))
+		mac.Write([]byte{0})
+	}
+	mac.Write(data)
+	return mac.Sum(nil)
+}
+
+// sign sets msg's MAC header for its headers and data as they are.
+func (h *History) sign(msg *nats.Msg) {
+	if h.b.cfg.secret == nil {
+		return
+	}
+	sum := recordMAC(h.b.cfg.secret, msg.Subject, msg.Header.Get(hdrPrev), msg.Header.Get(hdrEncoding), msg.Data)
+	msg.Header.Set(hdrMAC, base64.RawURLEncoding.EncodeToString(sum))
+}
+
+// authentic reports whether a record of the stream was signed with the
+// cluster secret (always true without one), and counts it in
+// Stats.Forged if not.
+func (h *History) authentic(subject string, hdr nats.Header, data []byte) bool {
+	secret := h.b.cfg.secret
+	if secret == nil {
+		return true
+	}
+	got, err := base64.RawURLEncoding.DecodeString(hdr.Get(hdrMAC))
+	if err == nil && hmac.Equal(got, recordMAC(secret, subject, hdr.Get(hdrPrev), hdr.Get(hdrEncoding), data)) {
+		return true
+	}
+	h.b.forged.Add(1)
+	return false
 }
 
 func record(topic string, seq uint64, hdr nats.Header, data []byte) Record {
@@ -254,6 +342,7 @@ func (h *History) Publish(ctx context.Context, topic string, data []byte, base64
 			t.last, t.ok = last, true
 		}
 		msg.Header.Set(hdrPrev, strconv.FormatUint(t.last, 10))
+		h.sign(msg)
 		ack, err := h.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(t.last))
 		if err != nil {
 			if wrongLast(err) {
@@ -318,6 +407,10 @@ func (h *History) Top(ctx context.Context, topic string) (uint64, string, error)
 // A position is recoverable when nothing of the topic after it can have
 // been removed: the first message after it names it (or an older one)
 // as its predecessor, and the stream still holds every message after it.
+// With a cluster secret, records not signed with it are left out (and
+// counted in Stats.Forged), and a first message that is not signed vouches
+// for nothing: the position is then recoverable only if the stream still
+// holds every message after it.
 func (h *History) Since(ctx context.Context, topic string, seq uint64, epoch string, limit int) ([]Record, uint64, error) {
 	info, err := h.stream.Info(ctx)
 	if err != nil {
@@ -352,7 +445,13 @@ func (h *History) Since(ctx context.Context, topic string, seq uint64, epoch str
 		return nil, 0, err
 	}
 	prev, _ := strconv.ParseUint(first.Header.Get(hdrPrev), 10, 64)
-	if prev != seq && !(prev < seq && keptAll) {
+	firstOK := h.authentic(subject, first.Header, first.Data)
+	switch {
+	case !firstOK:
+		if !keptAll {
+			return nil, top, ErrExpired
+		}
+	case prev != seq && !(prev < seq && keptAll):
 		return nil, top, ErrExpired
 	}
 	// Read from first on, through a consumer of this topic only.
@@ -378,28 +477,44 @@ func (h *History) Since(ctx context.Context, topic string, seq uint64, epoch str
 	}
 	n := int(pending)
 	recs := make([]Record, 0, n)
-	for len(recs) < n {
-		batch, err := cons.Fetch(min(n-len(recs), 1024), jetstream.FetchMaxWait(5*time.Second))
+	read, end := 0, seq
+	for read < n {
+		batch, err := cons.Fetch(min(n-read, 1024), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, 0, err
 		}
-		got := len(recs)
+		got := read
 		for m := range batch.Messages() {
 			meta, err := m.Metadata()
 			if err != nil {
 				return nil, 0, err
 			}
-			recs = append(recs, record(topic, meta.Sequence.Stream, m.Headers(), m.Data()))
+			read++
+			r := record(topic, meta.Sequence.Stream, m.Headers(), m.Data())
+			switch {
+			case r.Seq == first.Sequence:
+				// Checked (and counted if forged) above.
+				if firstOK {
+					recs = append(recs, r)
+				}
+			case !h.authentic(subject, m.Headers(), m.Data()):
+			case r.Prev != end:
+				// Signed, but written again where it does not belong.
+				h.b.forged.Add(1)
+			default:
+				recs = append(recs, r)
+			}
+			end = r.Seq
 		}
 		if err := batch.Error(); err != nil {
 			return nil, 0, err
 		}
-		if len(recs) == got {
+		if read == got {
 			// Removed while being read.
 			return nil, top, ErrExpired
 		}
 	}
-	return recs, recs[len(recs)-1].Seq, nil
+	return recs, end, nil
 }
 
 // Close stops the delivery of new messages.
