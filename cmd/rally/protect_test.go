@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -89,5 +90,22 @@ func protectConfigChecks(s *serveSetup) map[string]bool {
 		"max-pending-handshakes": c.MaxPendingHandshakes == 10,
 		"echo-max-message-bytes": c.EchoMaxMessageBytes == 2<<20,
 		"ops-addr":               c.OpsAddr == "127.0.0.1:9998",
+	}
+}
+
+// rally serve collects garbage once the heap has grown by half of what is
+// live (GOGC=50), not by all of it, unless the GOGC environment variable
+// says otherwise.
+func TestServeSetsItsGCPercentUnlessGOGCIsSet(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != serveGCPercent {
+		t.Errorf("without GOGC: GC percent %d, want %d", got, serveGCPercent)
+	}
+	t.Setenv("GOGC", "200")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set: GC percent changed to %d", got)
 	}
 }
