@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 	"github.com/rallyws/rally/internal/smallmap"
 )
 
@@ -85,7 +87,7 @@ type Hub struct {
 
 	mu      sync.RWMutex
 	topics  map[string]*subscribers
-	members map[*rally.Conn]*member
+	members shrinkmap.Map[*rally.Conn, *member] // gives back the room of a crowd that left
 
 	// imu is held while a change of interest is told to the broker, so
 	// that the broker hears the changes of a topic in the order they
@@ -97,7 +99,7 @@ type Hub struct {
 type subscribers struct {
 	name  string
 	subs  []*rally.Conn
-	index map[*rally.Conn]int // where each subscriber is in subs
+	index shrinkmap.Map[*rally.Conn, int] // where each subscriber is in subs
 }
 
 // member is what the hub knows of one connection: the topics it
@@ -159,7 +161,7 @@ func (h *Hub) Close() error {
 func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 	h.imu.Lock()
 	h.mu.Lock()
-	m := h.members[c]
+	m, _ := h.members.Get(c)
 	hook := m == nil
 	if !hook {
 		if _, ok := m.topics.Get(topic); ok {
@@ -183,11 +185,8 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		return fmt.Errorf("%w (topic %q)", ErrNoMemory, topic)
 	}
 	if hook {
-		if h.members == nil {
-			h.members = map[*rally.Conn]*member{}
-		}
 		m = &member{}
-		h.members[c] = m
+		h.members.Set(c, m)
 	}
 	if first {
 		if h.topics == nil {
@@ -210,7 +209,8 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		// c.Done first would make a channel for every connection.)
 		c.OnClose(func(*rally.CloseError) { h.forget(c, m) })
 		h.mu.RLock()
-		gone := h.members[c] != m
+		now, _ := h.members.Get(c)
+		gone := now != m
 		h.mu.RUnlock()
 		if gone {
 			return rally.ErrClosed
@@ -226,7 +226,7 @@ func (h *Hub) Unsubscribe(c *rally.Conn, topic string) bool {
 	h.imu.Lock()
 	defer h.imu.Unlock()
 	h.mu.Lock()
-	m := h.members[c]
+	m, _ := h.members.Get(c)
 	var t *subscribers
 	if m != nil {
 		t, _ = m.topics.Get(topic)
@@ -250,16 +250,11 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 	h.imu.Lock()
 	defer h.imu.Unlock()
 	h.mu.Lock()
-	if h.members[c] != m {
+	if now, _ := h.members.Get(c); now != m {
 		h.mu.Unlock()
 		return
 	}
-	delete(h.members, c)
-	if len(h.members) == 0 {
-		// A Go map never shrinks: give back the room of a crowd that
-		// has left.
-		h.members = nil
-	}
+	h.members.Delete(c)
 	var emptied []string
 	held := int64(memberCost + subscriptionCost*m.topics.Len())
 	for name, t := range m.topics.All() {
@@ -278,16 +273,20 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 // removeLocked takes c out of t and reports whether t is now empty (and
 // gone from the hub). The caller holds h.mu.
 func (h *Hub) removeLocked(t *subscribers, c *rally.Conn) bool {
-	i := t.index[c]
+	i, _ := t.index.Get(c)
 	last := len(t.subs) - 1
 	if i != last {
 		moved := t.subs[last]
 		t.subs[i] = moved
-		t.index[moved] = i
+		t.index.Set(moved, i)
 	}
 	t.subs[last] = nil
 	t.subs = t.subs[:last]
-	delete(t.index, c)
+	if cap(t.subs) >= shrinkmap.Min && last <= cap(t.subs)/4 {
+		// As index does: give back the room of subscribers gone.
+		t.subs = slices.Clip(slices.Clone(t.subs))
+	}
+	t.index.Delete(c)
 	if last > 0 {
 		return false
 	}
@@ -309,11 +308,11 @@ func (h *Hub) interest(topic string, interested bool) error {
 }
 
 func newSubscribers(name string) *subscribers {
-	return &subscribers{name: name, index: map[*rally.Conn]int{}}
+	return &subscribers{name: name}
 }
 
 func (t *subscribers) add(c *rally.Conn) {
-	t.index[c] = len(t.subs)
+	t.index.Set(c, len(t.subs))
 	t.subs = append(t.subs, c)
 }
 
@@ -321,7 +320,7 @@ func (t *subscribers) add(c *rally.Conn) {
 func (h *Hub) IsSubscribed(c *rally.Conn, topic string) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	m := h.members[c]
+	m, _ := h.members.Get(c)
 	if m == nil {
 		return false
 	}

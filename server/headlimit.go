@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // headBufferBytes is what net/http holds for reading a connection's
@@ -27,7 +28,6 @@ func (s *Server) harden(ctx context.Context, hs *http.Server, ln net.Listener) n
 		max:     int64(p.MaxPendingHandshakes),
 		budget:  s.budget,
 		perHead: int64(p.MaxHeaderBytes) + headBufferBytes,
-		conns:   map[net.Conn]*pendingHead{},
 		open:    &s.httpConns,
 		m:       s.m,
 		log:     newEveryLog(s.log, 10*time.Second),
@@ -67,9 +67,8 @@ type headGate struct {
 	log     *everyLog
 
 	mu    sync.Mutex
-	conns map[net.Conn]*pendingHead
-	peak  int            // the most entries conns has had
-	queue []*pendingHead // heads in the order they started; finished ones are skipped
+	conns shrinkmap.Map[net.Conn, *pendingHead] // gives back the room of a crowd that left
+	queue []*pendingHead                        // heads in the order they started; finished ones are skipped
 }
 
 // pendingHead is one connection's head state.
@@ -85,22 +84,16 @@ type pendingKey struct{}
 func (g *headGate) connContext(ctx context.Context, c net.Conn) context.Context {
 	h := &pendingHead{g: g, c: c}
 	g.mu.Lock()
-	g.conns[c] = h
-	g.peak = max(g.peak, len(g.conns))
+	g.conns.Set(c, h)
 	g.mu.Unlock()
 	return context.WithValue(ctx, pendingKey{}, h)
 }
 
 func (g *headGate) state(c net.Conn, st http.ConnState) {
 	g.mu.Lock()
-	h := g.conns[c]
+	h, _ := g.conns.Get(c)
 	if st == http.StateClosed || st == http.StateHijacked {
-		delete(g.conns, c)
-		if len(g.conns) == 0 && g.peak >= 1024 {
-			// Give back the room of a crowd that has left: a Go map
-			// never shrinks.
-			g.conns, g.peak = map[net.Conn]*pendingHead{}, 0
-		}
+		g.conns.Delete(c)
 	}
 	g.mu.Unlock()
 	switch st {
@@ -182,10 +175,20 @@ func (g *headGate) compactLocked() {
 }
 
 func (h *pendingHead) finish() {
-	if h.waiting.CompareAndSwap(true, false) {
-		h.g.pending.Add(-1)
-		h.g.budget.Release(rally.MemoryHandshakes, h.g.perHead)
+	if !h.waiting.CompareAndSwap(true, false) {
+		return
 	}
+	g := h.g
+	if g.pending.Add(-1) == 0 {
+		// No head is in progress: the queue holds only finished heads,
+		// and through them their connections, long served or gone.
+		g.mu.Lock()
+		if g.pending.Load() == 0 {
+			g.queue = nil
+		}
+		g.mu.Unlock()
+	}
+	g.budget.Release(rally.MemoryHandshakes, g.perHead)
 }
 
 // refuse answers a connection whose head cannot be waited for with 503

@@ -141,14 +141,15 @@ const maxQueuedHistoryPublishes = 1024
 // trip) off the connection's callback, in the order published, and
 // answers it.
 func (s *Server) queueHistoryPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
-	if ss.histOut == nil {
-		ss.histOut = make(chan histPub, maxQueuedHistoryPublishes)
-		go s.historyPublisher(c, ss.histOut)
+	x := ss.more()
+	if x.histOut == nil {
+		x.histOut = make(chan histPub, maxQueuedHistoryPublishes)
+		go s.historyPublisher(c, x.histOut)
 	}
 	// req's bytes belong to the message being read: copy them.
 	p := histPub{topic: req.Topic, data: bytes.Clone(req.Data), id: bytes.Clone(req.ID)}
 	select {
-	case ss.histOut <- p:
+	case x.histOut <- p:
 		return nil
 	default:
 		s.m.refusals.WithLabelValues("history_queue").Inc()

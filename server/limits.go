@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // limit guards a WebSocket endpoint with the limits a public server needs:
@@ -121,7 +122,7 @@ func (s *Server) opened(endpoint string) func(*rally.Conn) {
 		if g := ss.grant; !g.open {
 			// RFC 6455 7.4.1: 1008 is for a message (here: a connection)
 			// that violates policy.
-			ss.expiry = time.AfterFunc(time.Until(g.expires), func() {
+			ss.more().expiry = time.AfterFunc(time.Until(g.expires), func() {
 				c.Close(rally.ClosePolicyViolation, reasonTokenExpiry)
 			})
 		}
@@ -131,8 +132,8 @@ func (s *Server) opened(endpoint string) func(*rally.Conn) {
 
 func (s *Server) closed(endpoint string) func(*rally.Conn, *rally.CloseError) {
 	return func(c *rally.Conn, ce *rally.CloseError) {
-		if ss := c.Data().(*wsSession); ss.expiry != nil {
-			ss.expiry.Stop()
+		if x := c.Data().(*wsSession).x; x != nil && x.expiry != nil {
+			x.expiry.Stop()
 		}
 		s.log.Debug("connection closed", "endpoint", endpoint, "remote", c.RemoteAddr().String(), "code", ce.Code)
 		s.conns.Add(-1)
@@ -152,25 +153,24 @@ func (s *Server) closed(endpoint string) func(*rally.Conn, *rally.CloseError) {
 // endpoint here does that.)
 type headWatch struct {
 	mu     sync.Mutex
-	opened map[net.Conn]time.Time
+	opened shrinkmap.Map[net.Conn, time.Time] // gives back the room of a connect storm
 }
 
 func (h *headWatch) track(timeout time.Duration, m *metrics) func(net.Conn, http.ConnState) {
-	h.opened = map[net.Conn]time.Time{}
 	return func(c net.Conn, st http.ConnState) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		switch st {
 		case http.StateNew:
-			h.opened[c] = time.Now()
+			h.opened.Set(c, time.Now())
 		case http.StateIdle, http.StateHijacked:
-			delete(h.opened, c)
+			h.opened.Delete(c)
 		case http.StateClosed:
-			t, ok := h.opened[c]
+			t, ok := h.opened.Get(c)
 			if !ok {
 				return
 			}
-			delete(h.opened, c)
+			h.opened.Delete(c)
 			if time.Since(t) >= timeout {
 				m.refusals.WithLabelValues("header_timeout").Inc()
 			}

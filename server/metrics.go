@@ -32,6 +32,7 @@ type metrics struct {
 	refusals         *prometheus.CounterVec // limit
 	closeCodes       *prometheus.CounterVec // code
 	slowCut          prometheus.Counter
+	memoryReturns    *prometheus.CounterVec // after
 }
 
 func newMetrics() *metrics {
@@ -81,14 +82,20 @@ func newMetrics() *metrics {
 	m.slowCut = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "rally_slow_subscribers_cut_total", Help: "/ws connections cut because their send queue stayed at the buffer limit for --slow-subscriber-timeout.",
 	})
+	m.memoryReturns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rally_memory_returns_total", Help: "Collections forced to give free memory back to the system (--return-memory), by what came before (connect_wave, disconnect, release, idle; again: the second return after a disconnect or a release).",
+	}, []string{"after"})
 	m.reg.MustRegister(
-		m.slowCut, m.connections, m.connectionsTotal, m.subscriptions, m.messagesIn, m.bytesIn,
+		m.slowCut, m.memoryReturns, m.connections, m.connectionsTotal, m.subscriptions, m.messagesIn, m.bytesIn,
 		m.messagesOut, m.bytesOut, m.publishes, m.deliveries, m.drops, m.backpressure,
 		m.handshakeFails, m.refusals, m.closeCodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	// Every refusal and drop series exists from the start at 0, so that a
 	// dashboard or an alert sees it before the first one happens.
+	for _, after := range []string{"connect_wave", "disconnect", "release", "idle", "again"} {
+		m.memoryReturns.WithLabelValues(after)
+	}
 	for _, limit := range []string{"connections", "handshake_rate", "subscriptions", "message_size", "api_key", "header_timeout"} {
 		m.refusals.WithLabelValues(limit)
 	}

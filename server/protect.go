@@ -191,6 +191,11 @@ const massDisconnect = 100
 // one during an attack leave their buffers pooled for reuse.
 const massRelease = 64 << 20
 
+// connectWaveSteady is how long the number of connections must have
+// stayed within a tenth of massDisconnect for a wave of new connections
+// to count as over.
+const connectWaveSteady = time.Second
+
 // watchMemory tells the budget, every quarter second until ctx ends, how
 // much memory the Go runtime holds (heap and stacks in use, not what is
 // free or returned to the OS), and sheds the largest send queues under
@@ -205,8 +210,13 @@ const massRelease = 64 << 20
 // much more free memory than idleFreeBytes, it gives it back to the OS
 // (two collections and debug.FreeOSMemory, at most once per freeInterval), so
 // that RSS goes back down after the load (not while clients still hold
-// much: an attack that sheds connections goes on). Neither runs
-// on a connection's path.
+// much: an attack that sheds connections goes on). So it does, at most
+// once per freeInterval too, once a wave of at least massDisconnect new
+// connections is over (their number steady for connectWaveSteady): each
+// handshake left garbage (net/http's buffers and request) that grew the
+// heap to the collector's goal, and the pages of that growth would stay
+// resident while the connections stay. Neither runs on a connection's
+// path.
 //
 // Each forced collection runs only with Protection.ReturnMemory, which
 // also asks rally to give memory back after a wave of connections (a
@@ -234,18 +244,26 @@ func (s *Server) watchMemory(ctx context.Context) {
 	}
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	var lastGC, lastFree time.Time
+	var lastGC, lastFree, lastWave time.Time
 	again := false
 	// Connections are WebSockets and TCP connections whose request is
 	// still served (a slowloris closes only those).
 	connections := func() int64 { return s.conns.Load() + s.httpConns.Load() }
 	peakConns := connections()
 	peakUsed := s.budget.Used()
+	// The fewest connections since the last return after a connect
+	// wave, and the count they last held steady at, since when.
+	lowConns := peakConns
+	steadyConns, steadySince := peakConns, time.Now()
 	for {
 		h := held()
 		s.budget.Observe(h)
 		conns := connections()
 		peakConns = max(peakConns, conns)
+		lowConns = min(lowConns, conns)
+		if d := conns - steadyConns; d >= massDisconnect/10 || -d >= massDisconnect/10 {
+			steadyConns, steadySince = conns, time.Now()
+		}
 		used := s.budget.Used()
 		peakUsed = max(peakUsed, used)
 		// Connections closed, or free heap, count once clients hold
@@ -262,10 +280,21 @@ func (s *Server) watchMemory(ctx context.Context) {
 			// sync.Pool keeps them for one more): two give them back.
 			runtime.GC()
 			debug.FreeOSMemory()
+			s.m.memoryReturns.WithLabelValues(returnedAfter(massGone, massReleased, idleFree)).Inc()
 			// Once more after the next interval: connections that just
 			// closed may still hold their buffers (a close handshake).
 			again = massGone || massReleased
 			lastGC, lastFree, peakConns, peakUsed = time.Now(), time.Now(), conns, used
+			s.budget.Observe(held())
+		}
+		// A connect wave is told apart from a disconnect's: a server
+		// that lost its clients and gets them back returns both.
+		waveOver := conns-lowConns >= massDisconnect && time.Since(steadySince) >= connectWaveSteady && settled
+		if forceGC && waveOver && time.Since(lastWave) >= freeInterval {
+			runtime.GC()
+			debug.FreeOSMemory()
+			s.m.memoryReturns.WithLabelValues("connect_wave").Inc()
+			lastGC, lastWave, lowConns = time.Now(), time.Now(), conns
 			s.budget.Observe(held())
 		}
 		pressed := s.budget.Pressure() >= rally.PressureElevated && s.budget.Used() < s.budget.Limit()/10*8
@@ -291,6 +320,20 @@ func (s *Server) watchMemory(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// returnedAfter names what made the memory watch give memory back, for
+// rally_memory_returns_total.
+func returnedAfter(gone, released, idle bool) string {
+	switch {
+	case gone:
+		return "disconnect"
+	case released:
+		return "release"
+	case idle:
+		return "idle"
+	}
+	return "again" // the second return after a disconnect or a release
 }
 
 // testHookMemoryWatched, when a test sets it, is called after each turn

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // Until connections charge their send queues to the memory budget (and
@@ -25,21 +26,18 @@ const maxShedPerTick = 256
 
 // openConns is the set of open WebSocket connections of a server.
 type openConns struct {
-	mu   sync.Mutex
-	m    map[*rally.Conn]struct{}
-	peak int // the most entries m has had: a Go map never shrinks
+	mu sync.Mutex
+	m  shrinkmap.Map[*rally.Conn, struct{}] // gives back the room of a crowd that left
 }
 
 // trackConns makes the WebSocket endpoints keep openConns, and registers
 // the counter of connections shed.
 func (s *Server) trackConns() {
-	s.open.m = map[*rally.Conn]struct{}{}
 	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
 		open, closed := ws.Open, ws.Close
 		ws.Open = func(c *rally.Conn) {
 			s.open.mu.Lock()
-			s.open.m[c] = struct{}{}
-			s.open.peak = max(s.open.peak, len(s.open.m))
+			s.open.m.Set(c, struct{}{})
 			s.open.mu.Unlock()
 			if open != nil {
 				open(c)
@@ -47,11 +45,7 @@ func (s *Server) trackConns() {
 		}
 		ws.Close = func(c *rally.Conn, ce *rally.CloseError) {
 			s.open.mu.Lock()
-			delete(s.open.m, c)
-			if len(s.open.m) == 0 && s.open.peak >= 1024 {
-				// Give back the room of a crowd that has left.
-				s.open.m, s.open.peak = map[*rally.Conn]struct{}{}, 0
-			}
+			s.open.m.Delete(c)
 			s.open.mu.Unlock()
 			if closed != nil {
 				closed(c, ce)
@@ -84,7 +78,7 @@ func (s *Server) shedSlowest() int {
 	}
 	var big []queued
 	s.open.mu.Lock()
-	for c := range s.open.m {
+	for c := range s.open.m.All() {
 		if n := c.BufferedAmount(); n >= minShedQueue {
 			big = append(big, queued{c, n})
 		}

@@ -14,19 +14,26 @@ import (
 )
 
 // wsSession is what the server keeps of one WebSocket connection, on /ws
-// or /echo (its Data). Its fields are used from the connection's callbacks
+// or /echo (its Data): 24 bytes for a connection that uses neither
+// history, presence nor an expiring token (the rest is made on first
+// use, see wsMore). Its fields are used from the connection's callbacks
 // only, which never run concurrently.
 type wsSession struct {
-	grant  *grant
-	subs   int         // topics subscribed to
-	expiry *time.Timer // closes the connection when the token expires
-	// hist holds the history topics subscribed to (their subscriptions
-	// are in the server's histHub, not the pubsub hub).
-	hist map[string]bool
+	grant *grant
+	x     *wsMore // nil until one of its parts is needed
+	subs  int32   // topics subscribed to
 	// recovers is set once the connection subscribes to a history topic:
 	// if it is cut for being slow, it is told to recover (4010) what it
 	// will miss. Read by the slow-subscriber watch, off the callbacks.
 	recovers atomic.Bool
+}
+
+// wsMore is the part of a wsSession few connections need.
+type wsMore struct {
+	expiry *time.Timer // closes the connection when the token expires
+	// hist holds the history topics subscribed to (their subscriptions
+	// are in the server's histHub, not the pubsub hub).
+	hist map[string]bool
 	// client is the connection's id in presence (made on its first
 	// subscribe to a presence topic); pres the presence topics it is a
 	// member of.
@@ -37,6 +44,19 @@ type wsSession struct {
 	// the first; with the memory history they are stored at once).
 	histOut chan histPub
 }
+
+// more returns ss's wsMore, making it the first time.
+func (ss *wsSession) more() *wsMore {
+	if ss.x == nil {
+		ss.x = &wsMore{}
+	}
+	return ss.x
+}
+
+// inHistory reports whether ss subscribes to the history topic topic;
+// inPresence whether it is a member of topic's presence.
+func (ss *wsSession) inHistory(topic string) bool  { return ss.x != nil && ss.x.hist[topic] }
+func (ss *wsSession) inPresence(topic string) bool { return ss.x != nil && ss.x.pres[topic] }
 
 // request is one message from a /ws client.
 type request struct {
@@ -77,11 +97,13 @@ func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	ss := c.Data().(*wsSession)
 	s.wsConns.Add(-1)
 	s.slow.remove(c)
-	for topic := range ss.hist {
-		s.histHub.remove(c, topic)
-	}
-	for topic := range ss.pres {
-		s.presence.leave(topic, ss.client)
+	if x := ss.x; x != nil {
+		for topic := range x.hist {
+			s.histHub.remove(c, topic)
+		}
+		for topic := range x.pres {
+			s.presence.leave(topic, x.client)
+		}
 	}
 	s.subs.Add(int64(-ss.subs))
 	s.m.subscriptions.Sub(float64(ss.subs))
@@ -149,10 +171,10 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if !ss.grant.maySubscribe(req.Topic) {
 		return errorFrame(req.ID, codeForbidden, "the token does not allow subscribing to "+strconv.Quote(req.Topic))
 	}
-	if ss.hist[req.Topic] || s.hub.IsSubscribed(c, req.Topic) {
+	if ss.inHistory(req.Topic) || s.hub.IsSubscribed(c, req.Topic) {
 		return ack(req.ID)
 	}
-	if s.cfg.MaxSubscriptions > 0 && ss.subs >= s.cfg.MaxSubscriptions {
+	if s.cfg.MaxSubscriptions > 0 && int(ss.subs) >= s.cfg.MaxSubscriptions {
 		s.m.refusals.WithLabelValues("subscriptions").Inc()
 		return errorFrame(req.ID, codeLimit, "a connection may subscribe to at most "+strconv.Itoa(s.cfg.MaxSubscriptions)+" topics")
 	}
@@ -165,16 +187,17 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	// (the hub charges a plain subscription itself).
 	presence := s.presenceOf(req.Topic)
 	if presence {
-		if ss.client == "" {
-			ss.client = newEpoch() + newEpoch()[:4]
+		x := ss.more()
+		if x.client == "" {
+			x.client = newEpoch() + newEpoch()[:4]
 		}
-		if !s.presence.reserve(req.Topic, ss.client, ss.grant.subject) {
+		if !s.presence.reserve(req.Topic, x.client, ss.grant.subject) {
 			return s.noRoomToSubscribe(req.ID)
 		}
 	}
 	unreserve := func() {
 		if presence {
-			s.presence.unreserve(req.Topic, ss.client, ss.grant.subject)
+			s.presence.unreserve(req.Topic, ss.x.client, ss.grant.subject)
 		}
 	}
 	if s.historyOf(req.Topic) && !s.budget.Reserve(rally.MemorySubscriptions, histSubCharge(req.Topic)) {
@@ -198,10 +221,11 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	}
 	client := s.joinPresence(c, ss, req.Topic)
 	if s.historyOf(req.Topic) {
-		if ss.hist == nil {
-			ss.hist = map[string]bool{}
+		x := ss.more()
+		if x.hist == nil {
+			x.hist = map[string]bool{}
 		}
-		ss.hist[req.Topic] = true
+		x.hist[req.Topic] = true
 		ss.recovers.Store(true)
 		ss.subs++
 		s.subs.Add(1)
@@ -238,20 +262,21 @@ func (s *Server) joinPresence(c *rally.Conn, ss *wsSession, topic string) string
 	if !s.presenceOf(topic) {
 		return ""
 	}
-	if ss.pres == nil {
-		ss.pres = map[string]bool{}
+	x := ss.more()
+	if x.pres == nil {
+		x.pres = map[string]bool{}
 	}
-	ss.pres[topic] = true
-	s.presence.join(c, topic, ss.client, ss.grant.subject)
-	return ss.client
+	x.pres[topic] = true
+	s.presence.join(c, topic, x.client, ss.grant.subject)
+	return x.client
 }
 
 func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	if err := validTopic(req.Topic); err != nil {
 		return errorFrame(req.ID, codeInvalidTopic, err.Error())
 	}
-	if ss.hist[req.Topic] {
-		delete(ss.hist, req.Topic)
+	if ss.inHistory(req.Topic) {
+		delete(ss.x.hist, req.Topic)
 		s.histHub.remove(c, req.Topic)
 		ss.subs--
 		s.subs.Add(-1)
@@ -261,10 +286,10 @@ func (s *Server) unsubscribe(c *rally.Conn, ss *wsSession, req *request) []byte 
 		s.subs.Add(-1)
 		s.m.subscriptions.Dec()
 	}
-	if ss.pres[req.Topic] {
+	if ss.inPresence(req.Topic) {
 		// After the unsubscribe: the leaver is not told of its own leave.
-		delete(ss.pres, req.Topic)
-		s.presence.leave(req.Topic, ss.client)
+		delete(ss.x.pres, req.Topic)
+		s.presence.leave(req.Topic, ss.x.client)
 	}
 	return ack(req.ID)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/rallyws/rally"
 )
@@ -184,5 +185,14 @@ func TestTopicPatternsMatch(t *testing.T) {
 		if got := matchTopic(tc.pattern, tc.topic); got != tc.want {
 			t.Errorf("matchTopic(%q, %q) = %v, want %v", tc.pattern, tc.topic, got, tc.want)
 		}
+	}
+}
+
+// The session rally serve keeps for each WebSocket connection is three
+// words when the connection uses no history, presence or expiring token:
+// the rest is made when one of them is first used.
+func TestAnIdleConnectionsSessionIsThreeWords(t *testing.T) {
+	if n := unsafe.Sizeof(wsSession{}); n > 24 {
+		t.Errorf("wsSession is %d bytes, want at most 24", n)
 	}
 }

@@ -118,3 +118,20 @@ func TestTheRuntimesSoftLimitLeavesHeadroomUnderTheMemoryLimit(t *testing.T) {
 		t.Errorf("the runtime's soft limit for --memory-limit 512MiB is %d MiB, want 480 MiB", got>>20)
 	}
 }
+
+// rally serve collects garbage once the heap has grown by half of what is
+// live (GOGC=50), not by all of it, unless the GOGC environment variable
+// says otherwise.
+func TestServeSetsItsGCPercentUnlessGOGCIsSet(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != serveGCPercent {
+		t.Errorf("without GOGC: GC percent %d, want %d", got, serveGCPercent)
+	}
+	t.Setenv("GOGC", "200")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set: GC percent changed to %d", got)
+	}
+}

@@ -270,6 +270,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	setRuntimeMemoryLimit(srv.MemoryBudget().Limit())
+	setGCPercent()
 	if err := srv.ListenAndServe(ctx, stdout); err != nil {
 		fmt.Fprintln(stderr, prefixed("rally serve", err))
 		return 1
