@@ -94,13 +94,34 @@ func pusherTrigger(t *testing.T, host string, app server.PusherApp, body string)
 	}
 }
 
+// servePusherPage serves pusherPage, pusher-js's browser bundle and the
+// page's auth endpoint for pusherApp, and returns its URL.
+func servePusherPage(t *testing.T) string {
+	bundle := filepath.Join(nodeDir(t), "node_modules", "pusher-js", "dist", "web", "pusher.js")
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/pusher.js":
+			http.ServeFile(w, r, bundle)
+		case "/auth":
+			r.ParseForm()
+			mac := hmac.New(sha256.New, []byte(pusherApp.Secret))
+			io.WriteString(mac, r.Form.Get("socket_id")+":"+r.Form.Get("channel_name"))
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"auth":"`+pusherApp.Key+`:`+hex.EncodeToString(mac.Sum(nil))+`"}`)
+		default:
+			io.WriteString(w, pusherPage)
+		}
+	}))
+	t.Cleanup(page.Close)
+	return page.URL
+}
+
 // pusher-js's browser bundle in headless Chromium, on both engines: public
 // and private channels (signed by the page's own auth endpoint), events
 // triggered over the HTTP API, the app's connection quota (4004), and
 // pusher-js reconnecting by its own backoff when the server is stopped and
 // started again, its subscriptions restored.
 func TestPusherJSChromium(t *testing.T) {
-	bundle := filepath.Join(nodeDir(t), "node_modules", "pusher-js", "dist", "web", "pusher.js")
 	for _, eventLoop := range []bool{false, true} {
 		t.Run(map[bool]string{false: "goroutines", true: "event-loop"}[eventLoop], func(t *testing.T) {
 			small := server.PusherApp{ID: "small", Key: "small-key", Secret: "small-secret", MaxConnections: 1}
@@ -108,22 +129,7 @@ func TestPusherJSChromium(t *testing.T) {
 			host, stop := startPusherServerAt(t, "127.0.0.1:0", cfg)
 			wsHost, wsPort, _ := strings.Cut(host, ":")
 
-			page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch r.URL.Path {
-				case "/pusher.js":
-					http.ServeFile(w, r, bundle)
-				case "/auth":
-					r.ParseForm()
-					mac := hmac.New(sha256.New, []byte(pusherApp.Secret))
-					io.WriteString(mac, r.Form.Get("socket_id")+":"+r.Form.Get("channel_name"))
-					w.Header().Set("Content-Type", "application/json")
-					io.WriteString(w, `{"auth":"`+pusherApp.Key+`:`+hex.EncodeToString(mac.Sum(nil))+`"}`)
-				default:
-					io.WriteString(w, pusherPage)
-				}
-			}))
-			defer page.Close()
-			ctx := startBrowser(t, page.URL+"/")
+			ctx := startBrowser(t, servePusherPage(t)+"/")
 			port, _ := strconv.Atoi(wsPort)
 
 			var conn struct {
@@ -169,5 +175,34 @@ func TestPusherJSChromium(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// pusher-js in headless Chromium on node A of two joined by NATS: an event
+// triggered over node B's HTTP API, once, right after the page's
+// subscriptions succeeded, reaches the page on both channels.
+func TestPusherJSChromiumTwoNodes(t *testing.T) {
+	natsPort := freePort(t)
+	secret := "interop-cluster-secret-0123456789abcdef"
+	a := startPusherServer(t, server.Config{Node: "a", PusherApps: []server.PusherApp{pusherApp},
+		NATS: server.NATSConfig{Embedded: "127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
+	b := startPusherServer(t, server.Config{Node: "b", PusherApps: []server.PusherApp{pusherApp},
+		NATS: server.NATSConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
+	ctx := startBrowser(t, servePusherPage(t)+"/")
+	wsHost, wsPort, _ := strings.Cut(a, ":")
+	port, _ := strconv.Atoi(wsPort)
+	var conn struct {
+		SocketID string `json:"socketId"`
+		Error    string `json:"error"`
+	}
+	run(t, ctx, &conn, "connect", pusherApp.Key, wsHost, port)
+	if conn.Error != "" || conn.SocketID == "" {
+		t.Fatalf("connect to node A: %+v", conn)
+	}
+	pusherTrigger(t, b, pusherApp, `{"name":"update","channels":["news","private-room"],"data":"{\"n\":1}"}`)
+	var seen []string
+	run(t, ctx, &seen, "seen", 2)
+	if strings.Join(seen, ",") != "news:1,private-room:1" && strings.Join(seen, ",") != "private-room:1,news:1" {
+		t.Fatalf("the page on node A saw %v of the event triggered on node B", seen)
 	}
 }

@@ -109,17 +109,22 @@ func TestPusherJSOneNode(t *testing.T) {
 }
 
 // The same scenario with the clients split over two nodes joined by NATS:
-// events, presence and the HTTP API answer for the cluster.
+// events, presence and the HTTP API answer for the cluster, each event is
+// triggered once (a client that has subscription_succeeded gets what
+// either node triggers after), and both nodes send webhooks to the same
+// URL, each once per cluster.
 func TestPusherJSTwoNodes(t *testing.T) {
 	for _, eventLoop := range []bool{false, true} {
 		t.Run(map[bool]string{false: "goroutines", true: "event-loop"}[eventLoop], func(t *testing.T) {
-			natsPort := freePort(t)
+			natsPort, hookPort := freePort(t), freePort(t)
 			secret := "interop-cluster-secret-0123456789abcdef"
-			a := startPusherServer(t, server.Config{Node: "a", EventLoop: eventLoop, PusherApps: []server.PusherApp{pusherApp},
+			app := pusherApp
+			app.Webhooks = []string{"http://127.0.0.1:" + strconv.Itoa(hookPort) + "/hook"}
+			a := startPusherServer(t, server.Config{Node: "a", EventLoop: eventLoop, PusherApps: []server.PusherApp{app},
 				NATS: server.NATSConfig{Embedded: "127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
-			b := startPusherServer(t, server.Config{Node: "b", EventLoop: eventLoop, PusherApps: []server.PusherApp{pusherApp},
+			b := startPusherServer(t, server.Config{Node: "b", EventLoop: eventLoop, PusherApps: []server.PusherApp{app},
 				NATS: server.NATSConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
-			runPusherScenario(t, a, b, 0, "")
+			runPusherScenario(t, a, b, hookPort, "")
 		})
 	}
 }

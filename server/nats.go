@@ -409,3 +409,18 @@ func isMessageFrame(topic string, p []byte) bool {
 	}
 	return json.Valid(data)
 }
+
+// afterInterest calls f, which tells a client it is subscribed, once the
+// NATS server knows of every subscription this node made for its clients
+// until now (natsbroker.Broker.AfterInterest): at once unless one is new
+// and unconfirmed, else after one round trip to NATS, on another
+// goroutine. Without it a client on this node told it was subscribed
+// could miss what another node publishes right after. Without NATS f runs
+// at once.
+func (s *Server) afterInterest(f func()) {
+	if b, ok := s.cfg.Broker.(*natsbroker.Broker); ok {
+		b.AfterInterest(f)
+		return
+	}
+	f()
+}

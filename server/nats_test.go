@@ -206,3 +206,22 @@ func TestMessageTooLargeForOtherNodesIsRefusedWithAClearError(t *testing.T) {
 		t.Errorf("rally_drops_total{reason=\"broker\"} = %v, want 2", got)
 	}
 }
+
+// A subscriber on node A that has its ack gets what node B publishes
+// right after, every time: the ack waits until NATS knows of A's new
+// subscription.
+func TestAPublishOnAnotherNodeRightAfterTheSubscribeAckArrives(t *testing.T) {
+	a, b := twoNodes(t)
+	sub := dial(t, a.ws+"/ws", nil)
+	for i := range 200 {
+		topic := fmt.Sprintf("race.%d", i)
+		sub.send(fmt.Sprintf(`{"type":"subscribe","topic":%q,"id":%d}`, topic, i))
+		sub.expect(fmt.Sprintf(`{"type":"ack","id":%d}`, i))
+		if status, body := post(t, b.http+"/publish/"+topic, "application/json", "", []byte(`"from b"`)); status != 200 {
+			t.Fatalf("publish on b: %d %s", status, body)
+		}
+		sub.expect(fmt.Sprintf(`{"type":"message","topic":%q,"data":"from b"}`, topic))
+		sub.send(fmt.Sprintf(`{"type":"unsubscribe","topic":%q,"id":"u%d"}`, topic, i))
+		sub.expect(fmt.Sprintf(`{"type":"ack","id":"u%d"}`, i))
+	}
+}

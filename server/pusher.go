@@ -280,7 +280,7 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	}
 	a := pc.app
 	if _, ok := pc.subs.Get(d.Channel); ok {
-		pusherSend(c, "pusher_internal:subscription_succeeded", d.Channel, []byte(`"{}"`))
+		s.afterInterest(func() { pusherSend(c, "pusher_internal:subscription_succeeded", d.Channel, []byte(`"{}"`)) })
 		return
 	}
 	if s.cfg.MaxSubscriptions > 0 && pc.subs.Len() >= s.cfg.MaxSubscriptions {
@@ -361,7 +361,6 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	a.channels[d.Channel]++
 	subs := a.channels[d.Channel]
 	occupied := subs == 1 && cl.subs(a.ID, d.Channel) == 0
-	var data []byte
 	var added, fresh bool
 	if isPresence(d.Channel) {
 		ms := a.members[d.Channel]
@@ -388,11 +387,7 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		}
 		m.conns++
 	}
-	cached := a.cache[d.Channel]
 	a.mu.Unlock()
-	if isPresence(d.Channel) {
-		data = presenceData(s.pusherMembers(a, d.Channel))
-	}
 	cl.tell(pusherNote{Ev: "subs", App: a.ID, Channel: d.Channel, Subs: subs})
 	if fresh {
 		cl.tell(pusherNote{Ev: "member", App: a.ID, Channel: d.Channel, User: user, Info: orNull(info), On: true})
@@ -405,18 +400,30 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		s.hub.PublishFrom(c, topic, rally.Text, pusherFrame("pusher_internal:member_added", d.Channel, md, ""))
 		a.hook(hookEvent{Name: "member_added", Channel: d.Channel, UserID: user})
 	}
-	if data == nil {
-		data = []byte(`"{}"`)
+	// subscription_succeeded once NATS knows of the node's subscription:
+	// the client gets whatever any node triggers after it. The members
+	// and the cached event are read then, the latest.
+	s.afterInterest(func() { s.pusherSubscribed(c, a, d.Channel) })
+}
+
+// pusherSubscribed tells c it subscribes to channel: subscription_succeeded
+// (with the members on a presence channel), then on a cache channel its
+// last event or cache_miss.
+func (s *Server) pusherSubscribed(c *rally.Conn, a *pusherApp, channel string) {
+	data := []byte(`"{}"`)
+	if isPresence(channel) {
+		data = presenceData(s.pusherMembers(a, channel))
 	}
-	pusherSend(c, "pusher_internal:subscription_succeeded", d.Channel, data)
-	if isCache(d.Channel) {
-		if cached != nil {
-			c.Send(rally.Text, cached)
-		} else {
-			pusherSend(c, "pusher:cache_miss", d.Channel, nil)
-			a.hook(hookEvent{Name: "cache_miss", Channel: d.Channel})
-		}
+	pusherSend(c, "pusher_internal:subscription_succeeded", channel, data)
+	if !isCache(channel) {
+		return
 	}
+	if cached := a.cached(channel); cached != nil {
+		c.Send(rally.Text, cached)
+		return
+	}
+	pusherSend(c, "pusher:cache_miss", channel, nil)
+	a.hook(hookEvent{Name: "cache_miss", Channel: channel})
 }
 
 func orNull(b []byte) []byte {
@@ -630,7 +637,34 @@ func (s *Server) startPusher(conn rally.ConnOptions, compression *rally.Compress
 	}
 	s.pusherWS = &rally.Server{Options: opts, Open: s.pusherOpen, Message: s.pusherMessage, Close: s.pusherClose}
 	s.useEngine(s.pusherWS)
+	stopped := make(chan struct{})
+	go s.expirePusherCaches(ctx, stopped)
+	s.closers = append(s.closers, func() { cancel(); <-stopped })
 	return nil
+}
+
+// expirePusherCaches forgets the cache channels' events past their app's
+// CacheTTL, every half of the shortest (at most every minute), until ctx
+// ends; then it closes stopped. (A subscriber never gets an expired
+// event: cached checks too. This gives back their memory.)
+func (s *Server) expirePusherCaches(ctx context.Context, stopped chan<- struct{}) {
+	defer close(stopped)
+	every := time.Minute
+	for _, a := range s.pusherIDs {
+		every = min(every, a.CacheTTL/2)
+	}
+	t := time.NewTicker(max(every, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, a := range s.pusherIDs {
+			a.expireCache()
+		}
+	}
 }
 
 func (s *Server) pusherRoutes() {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rallyws/rally"
 )
@@ -27,13 +28,17 @@ type PusherApp struct {
 	// MaxPresenceMembers bounds the members of one presence channel.
 	// Default 100.
 	MaxPresenceMembers int
+	// CacheTTL is how long a cache channel keeps its last event for its
+	// next subscribers; past it they get pusher:cache_miss. Default 30
+	// minutes, as Pusher.
+	CacheTTL time.Duration
 	// Webhooks are the URLs told of the app's channel events.
 	Webhooks []string
 }
 
 // ParsePusherApp parses ID:KEY:SECRET, optionally followed by limits,
 // each ":LIMIT=VALUE", of max-connections, client-event-rate,
-// max-message-bytes and max-presence-members.
+// max-message-bytes, max-presence-members and cache-ttl (seconds).
 func ParsePusherApp(s string) (PusherApp, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) < 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
@@ -58,8 +63,13 @@ func ParsePusherApp(s string) (PusherApp, error) {
 			app.MaxMessageBytes = int(f)
 		case "max-presence-members":
 			app.MaxPresenceMembers = int(f)
+		case "cache-ttl":
+			if f == 0 || f > maxCacheTTL.Seconds() {
+				return PusherApp{}, configErrorf("--pusher-app %s: cache-ttl=%s is not 0 < seconds <= %.0f", app.ID, v, maxCacheTTL.Seconds())
+			}
+			app.CacheTTL = time.Duration(f * float64(time.Second))
 		default:
-			return PusherApp{}, configErrorf("--pusher-app %s: unknown limit %q (max-connections, client-event-rate, max-message-bytes, max-presence-members)", app.ID, k)
+			return PusherApp{}, configErrorf("--pusher-app %s: unknown limit %q (max-connections, client-event-rate, max-message-bytes, max-presence-members, cache-ttl)", app.ID, k)
 		}
 	}
 	return app, nil
@@ -85,7 +95,17 @@ func (a *PusherApp) fill() {
 	if a.MaxPresenceMembers == 0 {
 		a.MaxPresenceMembers = 100
 	}
+	if a.CacheTTL <= 0 {
+		a.CacheTTL = defaultCacheTTL
+	}
 }
+
+// The time a cache channel keeps its last event: Pusher's by default, and
+// at most a year.
+const (
+	defaultCacheTTL = 30 * time.Minute
+	maxCacheTTL     = 365 * 24 * time.Hour
+)
 
 // sign returns hex(HMAC-SHA256(secret, msg)), Pusher's signature.
 func (a *PusherApp) sign(msg string) string {
@@ -112,7 +132,7 @@ type pusherApp struct {
 	sockets  map[string]*rally.Conn              // socket_id: connection
 	channels map[string]int                      // channel: local subscriptions
 	members  map[string]map[string]*pusherMember // presence channel: user_id: member
-	cache    map[string][]byte                   // cache channel: its last event
+	cache    map[string]cachedEvent              // cache channel: its last event
 	users    map[string]map[*rally.Conn]bool
 	hooks    *webhooks
 	// budget is the server's memory budget (made after the apps), charged
@@ -137,7 +157,7 @@ func newPusherApp(a PusherApp, budget **rally.MemoryBudget) *pusherApp {
 		sockets:   map[string]*rally.Conn{},
 		channels:  map[string]int{},
 		members:   map[string]map[string]*pusherMember{},
-		cache:     map[string][]byte{},
+		cache:     map[string]cachedEvent{},
 		users:     map[string]map[*rally.Conn]bool{},
 	}
 }
@@ -160,8 +180,14 @@ func (a *pusherApp) topic(channel string) string {
 // the maps that keep them, on a 64-bit machine (charged to the budget).
 const (
 	pusherMemberCost = 192
-	pusherCacheCost  = 96
+	pusherCacheCost  = 104
 )
+
+// cachedEvent is the last event of a cache channel and when it came.
+type cachedEvent struct {
+	frame []byte
+	at    time.Duration // since pusherEpoch
+}
 
 // memberCharge is what a member of channel, user with info, holds.
 func pusherMemberCharge(channel, user string, info []byte) int64 {
@@ -199,10 +225,8 @@ func (a *pusherApp) storeCache(ch string, b []byte) {
 		return
 	}
 	a.mu.Lock()
-	if old, ok := a.cache[ch]; ok {
-		a.mem().Release(rally.MemoryRecovery, pusherCacheCharge(ch, old))
-	}
-	a.cache[ch] = b
+	a.dropCacheLocked(ch)
+	a.cache[ch] = cachedEvent{b, time.Since(pusherEpoch)}
 	a.mu.Unlock()
 }
 
@@ -215,13 +239,51 @@ func (a *pusherApp) keep(ch string, b []byte) bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if old, ok := a.cache[ch]; ok {
-		a.mem().Release(rally.MemoryRecovery, pusherCacheCharge(ch, old))
-		delete(a.cache, ch)
-	}
+	a.dropCacheLocked(ch)
 	if !a.mem().Reserve(rally.MemoryRecovery, pusherCacheCharge(ch, b)) {
 		return false
 	}
-	a.cache[ch] = b
+	a.cache[ch] = cachedEvent{b, time.Since(pusherEpoch)}
 	return true
+}
+
+// cached returns the last event of cache channel ch, or nil if it has
+// none younger than CacheTTL.
+func (a *pusherApp) cached(ch string) []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.cache[ch]
+	if !ok {
+		return nil
+	}
+	if time.Since(pusherEpoch)-e.at >= a.CacheTTL {
+		a.dropCacheLocked(ch)
+		return nil
+	}
+	return e.frame
+}
+
+// expireCache forgets the cached events older than CacheTTL, giving back
+// their charge.
+func (a *pusherApp) expireCache() {
+	now := time.Since(pusherEpoch)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ch, e := range a.cache {
+		if now-e.at >= a.CacheTTL {
+			a.dropCacheLocked(ch)
+		}
+	}
+	if len(a.cache) == 0 {
+		a.cache = map[string]cachedEvent{} // a Go map never shrinks
+	}
+}
+
+// dropCacheLocked forgets the event cache channel ch keeps, if any, and
+// gives back its charge. The caller holds a.mu.
+func (a *pusherApp) dropCacheLocked(ch string) {
+	if e, ok := a.cache[ch]; ok {
+		a.mem().Release(rally.MemoryRecovery, pusherCacheCharge(ch, e.frame))
+		delete(a.cache, ch)
+	}
 }

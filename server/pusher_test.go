@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
-	"github.com/rallyws/rally/internal/slowness"
 )
 
 var testApp = PusherApp{ID: "3", Key: "278d425bdf160c739803", Secret: "7ad3773142a6692b25b8"}
@@ -406,36 +404,14 @@ func TestPusherAcrossNodes(t *testing.T) {
 	onA.subscribe(testApp, "presence-room", `{"user_id":"alice"}`)
 	onA.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
 	onB := pusherDial(t, b, testApp.Key)
-	// NATS orders a subscription and a publish only on one connection:
-	// trigger on B until A's subscription is known there.
-	for i := 0; ; i++ {
-		if i == 100 {
-			t.Fatal("no event crossed the nodes in 100 tries")
-		}
-		apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"probe","channel":"presence-room","data":"p"}`)
-		// A probe that is slow to come is retried; the wait for each
-		// grows with the load, so that 100 of them are enough on a busy machine.
-		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(200*time.Millisecond))
-		_, p, err := onA.c.Read(ctx)
-		cancel()
-		if err == nil {
-			if !strings.Contains(string(p), `"probe"`) {
-				t.Fatalf("waiting for a probe, got %s", p)
-			}
-			break
-		}
-	}
+	// A's subscription_succeeded came once NATS knew of A's subscription:
+	// an event triggered on B from now on reaches it.
+	apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"first","channel":"presence-room","data":"p"}`)
+	onA.expectEvent("first", "presence-room")
 	onB.subscribe(testApp, "presence-room", `{"user_id":"bob"}`)
 	onB.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
-	for {
-		ev, _, data := pusherRead(t, onA.client)
-		if ev == "probe" {
-			continue // a late probe
-		}
-		if ev != "pusher_internal:member_added" || !strings.Contains(data, "bob") {
-			t.Fatalf("on A: %s %s, want bob's member_added", ev, data)
-		}
-		break
+	if ev, _, data := pusherRead(t, onA.client); ev != "pusher_internal:member_added" || !strings.Contains(data, "bob") {
+		t.Fatalf("on A: %s %s, want bob's member_added", ev, data)
 	}
 	// socket_id of a connection on A, given to B: left out on A.
 	other := pusherDial(t, a, testApp.Key)
@@ -757,4 +733,68 @@ func TestPusherClientEventAndCacheMissWebhooksOncePerCluster(t *testing.T) {
 		c.send(`{"event":"pusher:unsubscribe","data":{"channel":"cache-price"}}`)
 		return ev == "price" && data == "42", "a subscriber on B got " + ev + " " + data + ", not the event cached on A"
 	})
+}
+
+// A Pusher client on node A that has its subscription_succeeded gets
+// the event triggered over node B's API right after, every time: the
+// answer waits until NATS knows of A's new subscription.
+func TestPusherEventOnAnotherNodeRightAfterSubscriptionSucceeded(t *testing.T) {
+	a := serve(t, Config{Node: "a", NATS: NATSConfig{Embedded: "127.0.0.1:0"}, PusherApps: []PusherApp{testApp}})
+	b := serve(t, Config{Node: "b", NATS: NATSConfig{URL: a.embeddedNATS.ClientURL()}, PusherApps: []PusherApp{testApp}})
+	onA := pusherDial(t, a, testApp.Key)
+	for i := range 200 {
+		ch := "race-" + strconv.Itoa(i)
+		onA.subscribe(testApp, ch, "")
+		onA.expectEvent("pusher_internal:subscription_succeeded", ch)
+		if status, body := apiRequest(t, b, testApp, "POST", "/apps/3/events", nil, `{"name":"now","channel":"`+ch+`","data":"x"}`); status != 200 {
+			t.Fatalf("trigger on b: %d %s", status, body)
+		}
+		onA.expectEvent("now", ch)
+		onA.send(`{"event":"pusher:unsubscribe","data":{"channel":"` + ch + `"}}`)
+	}
+}
+
+// A cache channel keeps its last event for the app's CacheTTL: a
+// subscriber after it gets pusher:cache_miss, and the event's memory
+// goes back to the budget.
+func TestPusherCacheChannelForgetsItsEventAfterTheTTL(t *testing.T) {
+	app := testApp
+	app.CacheTTL = time.Millisecond
+	ts := serve(t, Config{PusherApps: []PusherApp{app}})
+	before := charged(ts, rally.MemoryRecovery).Used
+	if status, body := apiRequest(t, ts, app, "POST", "/apps/3/events", nil, `{"name":"price","channel":"cache-price","data":"`+strings.Repeat("9", 2000)+`"}`); status != 200 {
+		t.Fatalf("trigger: %d %s", status, body)
+	}
+	for {
+		c := pusherDial(t, ts, app.Key)
+		c.subscribe(app, "cache-price", "")
+		c.expectEvent("pusher_internal:subscription_succeeded", "cache-price")
+		ev, _, _ := pusherRead(t, c.client)
+		c.c.CloseNow()
+		if ev == "pusher:cache_miss" {
+			break
+		}
+		if ev != "price" {
+			t.Fatalf("after subscription_succeeded on a cache channel: %s, want the cached event or cache_miss", ev)
+		}
+	}
+	pollUntil(t, func() (bool, string) {
+		held := charged(ts, rally.MemoryRecovery).Used - before
+		return held == 0, fmt.Sprintf("%d bytes still charged for the expired event", held)
+	})
+}
+
+func TestParsePusherAppCacheTTL(t *testing.T) {
+	app, err := ParsePusherApp("a:k:s:cache-ttl=1.5")
+	if err != nil || app.CacheTTL != 1500*time.Millisecond {
+		t.Fatalf("cache-ttl=1.5: %v, %v, want 1.5s", app.CacheTTL, err)
+	}
+	for _, bad := range []string{"a:k:s:cache-ttl=0", "a:k:s:cache-ttl=-1", "a:k:s:cache-ttl=1e12"} {
+		if _, err := ParsePusherApp(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	if a := newPusherApp(PusherApp{ID: "a", Key: "k", Secret: "s"}, nil); a.CacheTTL != 30*time.Minute {
+		t.Errorf("default cache TTL %v, want 30m", a.CacheTTL)
+	}
 }

@@ -172,7 +172,7 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 		return errorFrame(req.ID, codeForbidden, "the token does not allow subscribing to "+strconv.Quote(req.Topic))
 	}
 	if ss.inHistory(req.Topic) || s.hub.IsSubscribed(c, req.Topic) {
-		return ack(req.ID)
+		return s.ackAfterInterest(c, ack(req.ID))
 	}
 	if s.cfg.MaxSubscriptions > 0 && int(ss.subs) >= s.cfg.MaxSubscriptions {
 		s.m.refusals.WithLabelValues("subscriptions").Inc()
@@ -241,12 +241,23 @@ func (s *Server) subscribe(c *rally.Conn, ss *wsSession, req *request) []byte {
 	s.m.subscriptions.Inc()
 	if from != nil {
 		no := false
-		return subscribeAck(req.ID, req.Topic, &recovery{reason: reasonNoHistory}, &no, client)
+		return s.ackAfterInterest(c, subscribeAck(req.ID, req.Topic, &recovery{reason: reasonNoHistory}, &no, client))
 	}
 	if client != "" {
-		return subscribeAck(req.ID, req.Topic, nil, nil, client)
+		return s.ackAfterInterest(c, subscribeAck(req.ID, req.Topic, nil, nil, client))
 	}
-	return ack(req.ID)
+	return s.ackAfterInterest(c, ack(req.ID))
+}
+
+// ackAfterInterest sends a subscribe's ack b once NATS knows of the
+// node's subscription (afterInterest), so that a client that has its ack
+// gets whatever any node publishes on the topic after. It returns nil:
+// nothing is left for the caller to send.
+func (s *Server) ackAfterInterest(c *rally.Conn, b []byte) []byte {
+	if b != nil {
+		s.afterInterest(func() { s.reply(c, b) })
+	}
+	return nil
 }
 
 // noRoomToSubscribe counts and answers a subscribe refused because the

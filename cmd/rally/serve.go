@@ -201,7 +201,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.Var(routes, "nats-routes", "cluster addresses of other embedded NATS servers to route to")
 	protectFlags(fs, &cfg.Protection, &cfg.NATS)
 	historyFlags(fs, &cfg.History, &cfg.Presence)
-	fs.Var(&s.pusher.apps, "pusher-app", "serve an app over the Pusher Channels protocol (/app/KEY for pusher-js,\n/apps/ID/... for server SDKs); repeat for more apps, optionally with limits\n(ID:KEY:SECRET:max-connections=N:client-event-rate=N:max-message-bytes=N:\nmax-presence-members=N)")
+	fs.Var(&s.pusher.apps, "pusher-app", "serve an app over the Pusher Channels protocol (/app/KEY for pusher-js,\n/apps/ID/... for server SDKs); repeat for more apps, optionally with limits\n(ID:KEY:SECRET:max-connections=N:client-event-rate=N:max-message-bytes=N:\nmax-presence-members=N:cache-ttl=SECONDS)")
 	fs.Var(&s.pusher.webhooks, "pusher-webhook", "send the webhooks of Pusher app ID to URL (repeatable)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text or json")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "least level logged: debug, info, warn or error")

@@ -84,6 +84,8 @@ type Broker struct {
 	subMu sync.RWMutex
 	subs  map[string]*topicSub
 	bySub map[*nats.Subscription]*topicSub
+	// known tells which subscriptions NATS has confirmed (AfterInterest).
+	known interestKnown
 
 	// Every subscription feeds inbox, which one goroutine drains until
 	// done is closed, then closes drained: a node's cost in goroutines
@@ -310,6 +312,7 @@ func (b *Broker) Interest(topic string, interested bool) error {
 	t.sub = sub
 	b.subs[topic] = t
 	b.bySub[sub] = t
+	b.known.asked.Add(1)
 	return nil
 }
 
