@@ -440,13 +440,18 @@ func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
 // serverHolds reads the server's metrics: its open WebSocket connections
 // (rally_connections, every endpoint) and the bytes charged to its memory
 // budget (rally_memory_budget_used_bytes, every category). ok is false if
-// the metrics could not be read.
+// the metrics could not be read (an answer other than 200 included).
 func serverHolds(client *http.Client, metricsURL string) (conns, charged int64, ok bool) {
 	resp, err := client.Get(metricsURL)
 	if err != nil {
 		return 0, 0, false
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// Not a metrics page: a 101 in particular hands over a connection
+		// whose reads the client's timeout no longer bounds.
+		return 0, 0, false
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
