@@ -1,6 +1,7 @@
 package interop_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/md5"
 	"crypto/sha256"
@@ -127,25 +128,10 @@ func TestPusherJSChromium(t *testing.T) {
 			small := server.PusherApp{ID: "small", Key: "small-key", Secret: "small-secret", MaxConnections: 1}
 			cfg := server.Config{EventLoop: eventLoop, PusherApps: []server.PusherApp{pusherApp, small}}
 			host, stop := startPusherServerAt(t, "127.0.0.1:0", cfg)
-			wsHost, wsPort, _ := strings.Cut(host, ":")
-
 			ctx := startBrowser(t, servePusherPage(t)+"/")
+			pageSeesAnEventTriggered(t, ctx, host, host)
+			wsHost, wsPort, _ := strings.Cut(host, ":")
 			port, _ := strconv.Atoi(wsPort)
-
-			var conn struct {
-				SocketID string `json:"socketId"`
-				Error    string `json:"error"`
-			}
-			run(t, ctx, &conn, "connect", pusherApp.Key, wsHost, port)
-			if conn.Error != "" || conn.SocketID == "" {
-				t.Fatalf("connect: %+v", conn)
-			}
-			pusherTrigger(t, host, pusherApp, `{"name":"update","channels":["news","private-room"],"data":"{\"n\":1}"}`)
-			var seen []string
-			run(t, ctx, &seen, "seen", 2)
-			if strings.Join(seen, ",") != "news:1,private-room:1" && strings.Join(seen, ",") != "private-room:1,news:1" {
-				t.Fatalf("page saw %v", seen)
-			}
 
 			var code int
 			run(t, ctx, &code, "overQuota", small.Key, wsHost, port)
@@ -189,7 +175,16 @@ func TestPusherJSChromiumTwoNodes(t *testing.T) {
 	b := startPusherServer(t, server.Config{Node: "b", PusherApps: []server.PusherApp{pusherApp},
 		NATS: server.NATSConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), ClusterSecret: secret}})
 	ctx := startBrowser(t, servePusherPage(t)+"/")
-	wsHost, wsPort, _ := strings.Cut(a, ":")
+	pageSeesAnEventTriggered(t, ctx, a, b)
+}
+
+// pageSeesAnEventTriggered connects the page's pusher-js to the server at
+// connectTo, subscribed to news and private-room, triggers one event on
+// both channels through the HTTP API of the server at triggerOn (the same
+// or another node), and checks that the page saw it once on each.
+func pageSeesAnEventTriggered(t *testing.T, ctx context.Context, connectTo, triggerOn string) {
+	t.Helper()
+	wsHost, wsPort, _ := strings.Cut(connectTo, ":")
 	port, _ := strconv.Atoi(wsPort)
 	var conn struct {
 		SocketID string `json:"socketId"`
@@ -197,12 +192,12 @@ func TestPusherJSChromiumTwoNodes(t *testing.T) {
 	}
 	run(t, ctx, &conn, "connect", pusherApp.Key, wsHost, port)
 	if conn.Error != "" || conn.SocketID == "" {
-		t.Fatalf("connect to node A: %+v", conn)
+		t.Fatalf("connect to %s: %+v", connectTo, conn)
 	}
-	pusherTrigger(t, b, pusherApp, `{"name":"update","channels":["news","private-room"],"data":"{\"n\":1}"}`)
+	pusherTrigger(t, triggerOn, pusherApp, `{"name":"update","channels":["news","private-room"],"data":"{\"n\":1}"}`)
 	var seen []string
 	run(t, ctx, &seen, "seen", 2)
 	if strings.Join(seen, ",") != "news:1,private-room:1" && strings.Join(seen, ",") != "private-room:1,news:1" {
-		t.Fatalf("the page on node A saw %v of the event triggered on node B", seen)
+		t.Fatalf("the page connected to %s saw %v of the event triggered on %s", connectTo, seen, triggerOn)
 	}
 }
