@@ -416,6 +416,50 @@ func TestSendPastTheBufferLimitIsDroppedAndTheRestArrivesInOrder(t *testing.T) {
 	}
 }
 
+// A queue of tiny frames is bounded by the memory it holds, not by its
+// frames' bytes alone: each frame waiting has a record of about 100 bytes
+// (BufferedCost), and the limit counts it. Before, 64 KiB of 18-byte
+// frames queued 3,600 records (390 KB) under a 64 KiB limit; a compressed
+// repeat is a frame of a few bytes, so that over HTTP/2, where every
+// receiver's copy of a small frame is its own, 2,000 subscribers that did
+// not read held 2.3 GiB under their 1 MiB limits and none reached the
+// slow-subscriber threshold in 20 s.
+func TestTheBufferLimitCountsEachWaitingFramesBookkeeping(t *testing.T) {
+	const size = 16
+	const limit = 64 << 10
+	s := &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: limit}}}
+	c, p, _ := servedStalled(t, s)
+
+	var accepted []int
+	dropped := 0
+	for seq := 0; seq < 200_000 && dropped < 1000; seq++ {
+		st, err := c.Send(numbered(seq, size))
+		if err != nil {
+			t.Fatalf("Send %d: %v", seq, err)
+		}
+		if st == rally.Dropped {
+			dropped++
+		} else {
+			accepted = append(accepted, seq)
+		}
+		if cost := c.BufferedCost(); cost > limit {
+			t.Fatalf("BufferedCost = %d after Send %d, past the limit of %d", cost, seq, limit)
+		}
+	}
+	if dropped == 0 {
+		t.Fatal("no send was ever dropped")
+	}
+	amount, cost := c.BufferedAmount(), c.BufferedCost()
+	if amount > limit/2 || cost <= 2*amount {
+		t.Fatalf("a full queue of %d-byte frames: BufferedAmount %d, BufferedCost %d; want the bytes under half the limit of %d and the cost more than twice the bytes (a record per frame)",
+			size+2, amount, cost, limit)
+	}
+	t.Logf("full queue: BufferedAmount %d, BufferedCost %d, %d messages accepted", amount, cost, len(accepted))
+	for _, seq := range accepted {
+		expectNumbered(t, p, seq, size, false)
+	}
+}
+
 func TestSendPastTheBufferLimitClosesThePeerWhenThePolicySaysSo(t *testing.T) {
 	for _, tc := range []struct {
 		name string

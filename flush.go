@@ -257,7 +257,8 @@ func (c *Conn) advanceLocked(n int) {
 	c.wakeLocked()
 }
 
-// noteWaitingLocked publishes what waits in the queue while the peer
+// noteWaitingLocked publishes what the queue costs (cost: its bytes and
+// records, as the buffer limit counts them) while the peer
 // takes nothing (the kernel refused bytes, a message is streamed, or the
 // transport cannot try a write), when the buffer-limit policy drops what
 // does not fit; 0 otherwise. A send reads it without the write lock and
@@ -270,7 +271,7 @@ func (c *Conn) noteWaitingLocked() {
 	q := &c.wr.q
 	w := 0
 	if c.wr.err == nil && !q.closed && c.opts.BufferLimitAction != CloseConnection && (q.blocked || q.streaming || !c.t.canTry()) {
-		w = min(q.size(), math.MaxInt32)
+		w = min(q.cost(), math.MaxInt32)
 	}
 	if int32(w) != c.waiting.Load() {
 		c.waiting.Store(int32(w))

@@ -84,10 +84,13 @@ type ConnOptions struct {
 	// recovered panic in a callback). nil means slog.Default().
 	Logger *slog.Logger
 
-	// BufferLimit is how many bytes (payload and framing) may wait in the
-	// send queue before a non-blocking Send applies BufferLimitAction.
-	// 0 means DefaultBufferLimit; negative means no limit. Blocking Write
-	// is not limited: it waits instead.
+	// BufferLimit is how many bytes may wait in the send queue before a
+	// non-blocking Send applies BufferLimitAction: each waiting frame's
+	// payload and framing, and its bookkeeping (about 100 bytes a frame,
+	// see Conn.BufferedCost), so that the limit bounds the memory the
+	// queue holds however small its frames are. 0 means
+	// DefaultBufferLimit; negative means no limit. Blocking Write is not
+	// limited: it waits instead.
 	BufferLimit int
 
 	// BufferLimitAction says what a Send past BufferLimit does.

@@ -47,7 +47,7 @@ import (
 //     refuse.
 //  6. While a message is streamed (streaming), whole frames sent meanwhile
 //     wait in the held lane, in order, and join the tail when the stream
-//     ends. They count in size (BufferedAmount, the limit, drain) like the
+//     ends. They count in size (BufferedAmount, drain) and cost (the limit) like the
 //     rest. A close frame accepted while a message is streamed does not
 //     wait for it: the held frames fail (failHeld) and the close frame goes
 //     after the fragments already queued. The held lane owns all its bytes.
@@ -68,7 +68,7 @@ import (
 //     reference is dropped, unless bytes are being written then (they may
 //     be its own; the garbage collector takes it). Only payloads of refMin bytes or more are
 //     referred to: a smaller one is cheaper to copy than to gather. A
-//     referred frame counts in size (BufferedAmount, the limit, drain) like
+//     referred frame counts in size (BufferedAmount, drain) and cost (the limit) like
 //     an owned one. In the memory budget's charge a chunk counts in
 //     footprint, the queue's own; a shared frame is charged once, however
 //     many queues refer to it, through its reference count (see
@@ -215,6 +215,22 @@ func (q *sendQueue) size() int {
 	held, _ := q.heldBytes()
 	return q.queued() + held
 }
+
+// frames is how many frames wait in either lane.
+func (q *sendQueue) frames() int {
+	n := len(q.recs) - q.first
+	if q.held != nil {
+		n += len(q.held.recs)
+	}
+	return n
+}
+
+// cost is what the buffer limit counts: every byte accepted and not yet
+// taken, and each waiting frame's record (recordSize). Without the records
+// a queue of small frames (compressed repeats, a few bytes each) held
+// several times its limit: 1 MiB of 30-byte frames is 35,000 records,
+// 3 MiB.
+func (q *sendQueue) cost() int { return q.size() + q.frames()*recordSize }
 
 // footprint is the memory the queue holds on its own account: its
 // buffers' capacity, its records' while it holds some (88 bytes a frame:

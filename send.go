@@ -82,7 +82,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	if prepared == nil {
 		size = frameSize(len(p), !c.server)
 	}
-	if w := c.waiting.Load(); w > 0 && c.overLimit(int(w)+size) {
+	if w := c.waiting.Load(); w > 0 && c.overLimit(int(w)+size+recordSize) {
 		// The peer takes nothing and the frame does not fit: dropped
 		// without taking the lock (see noteWaitingLocked).
 		return Dropped, nil
@@ -99,7 +99,11 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 	// count against it.
 	// (On a transport that cannot try a write, everything waiting counts.)
 	backlog := q.blocked || q.streaming || !c.t.canTry()
-	if waiting := q.size(); waiting > 0 && backlog && c.overLimit(waiting+size) {
+	if waiting := q.cost(); waiting > 0 && backlog && c.overLimit(waiting+size+recordSize) {
+		// The next send of this size drops without the lock, even where
+		// the transport took nothing since the value was last published
+		// (a stream blocked in a write).
+		c.noteWaitingLocked()
 		code := c.limitExceededLocked()
 		c.unlockWrite()
 		if code != 0 {

@@ -88,6 +88,17 @@ func (c *Conn) BufferedAmount() int {
 	return c.wr.q.size()
 }
 
+// BufferedCost is what ConnOptions.BufferLimit compares with: the bytes
+// BufferedAmount counts plus the bookkeeping of each frame waiting, about
+// 100 bytes a frame (88 on 64-bit platforms). It is BufferedAmount's
+// measure of memory: a queue of 10-byte frames (a compressed repeat, a
+// tiny delta) costs about ten times its bytes.
+func (c *Conn) BufferedCost() int {
+	c.wr.mu.Lock()
+	defer c.unlockWrite()
+	return c.wr.q.cost()
+}
+
 // lane says where a blocking write's frame goes.
 type lane uint8
 

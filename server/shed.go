@@ -79,7 +79,7 @@ func (s *Server) shedSlowest() int {
 	var big []queued
 	s.open.mu.Lock()
 	for c := range s.open.m.All() {
-		if n := c.BufferedAmount(); n >= minShedQueue {
+		if n := c.BufferedCost(); n >= minShedQueue {
 			big = append(big, queued{c, n})
 		}
 	}

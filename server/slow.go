@@ -102,7 +102,7 @@ func (w *slowWatch) run() {
 			return
 		}
 		for c, st := range w.conns {
-			n := c.BufferedAmount()
+			n := c.BufferedCost()
 			switch {
 			case n < w.full:
 				st.since = time.Time{}

@@ -183,7 +183,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.BoolVar(&cfg.RateLimitLoopback, "rate-limit-loopback", false, "apply --handshake-rate to loopback clients too")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 100, "topics one /ws connection may subscribe to (negative: no limit)")
 	cli.BytesVar(fs, &cfg.MaxMessageBytes, "max-message-bytes", 64<<10, "largest /ws message (larger: closed with 1009) and /publish body (413)")
-	cli.BytesVar(fs, &cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most; messages past it are dropped\nfor that client and counted (negative: no limit)")
+	cli.BytesVar(fs, &cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most, each message counting ~100\nbytes of bookkeeping more; messages past it are dropped for that client\nand counted (negative: no limit)")
 	cli.BytesVar(fs, &cfg.SubscriberSendBuffer, "subscriber-send-buffer", 64<<10, "kernel send buffer of a /ws connection over HTTP/1.1: what a client that\ndoes not read makes the kernel hold beyond --buffer-limit (negative: the\nkernel's own, growing to megabytes)")
 	fs.DurationVar(&cfg.HeaderReadTimeout, "header-timeout", 10*time.Second, "time a client has to send its request head")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "ping a quiet client this often (negative: never)")
