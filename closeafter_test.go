@@ -12,10 +12,7 @@ import (
 // a close from the peer, sent once it has read the whole echo, is answered
 // with a close frame, in goroutine and event-loop mode.
 func TestCloseAfterALargeEchoIsAnswered(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		loop bool
-	}{{"Goroutines", false}, {"EventLoop", true}} {
+	for _, mode := range engines {
 		t.Run(mode.name, func(t *testing.T) {
 			s := echoServer()
 			s.EventLoop = mode.loop

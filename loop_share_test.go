@@ -125,15 +125,9 @@ const busyWork = 1000 // "work" messages: seconds of work, whatever the machine
 // adversary left, the event-loop server kept 455 connections and a
 // growing charge for 48 s on a loaded machine.)
 func TestAPeerThatGoesAwayIsLetGoWhileAnotherConnectionOfItsLoopIsBusy(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		loop bool
-	}{{"Goroutines", false}, {"EventLoop", true}} {
+	for _, mode := range engines {
 		t.Run(mode.name, func(t *testing.T) {
-			b := newBusyServer(t, mode.loop)
-			addr := serve(t, b.Server)
-			busy := dialPeer(t, addr)
-			waitOrFail(t, b.opened, "the busy connection's Open")
+			b, addr, busy := busyServerWithItsBusyPeer(t, mode.loop)
 			const peers = 8
 			var gone []*rawpeer.Peer
 			for range peers {
@@ -170,15 +164,9 @@ func TestAPeerThatGoesAwayIsLetGoWhileAnotherConnectionOfItsLoopIsBusy(t *testin
 // whole turn: 89 acks against 2,061 in goroutine mode under the
 // adversary.)
 func TestARequestIsAnsweredWhileAnotherConnectionOfItsLoopIsBusy(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		loop bool
-	}{{"Goroutines", false}, {"EventLoop", true}} {
+	for _, mode := range engines {
 		t.Run(mode.name, func(t *testing.T) {
-			b := newBusyServer(t, mode.loop)
-			addr := serve(t, b.Server)
-			busy := dialPeer(t, addr)
-			waitOrFail(t, b.opened, "the busy connection's Open")
+			b, addr, busy := busyServerWithItsBusyPeer(t, mode.loop)
 			asker := dialPeer(t, addr)
 			waitOrFail(t, b.opened, "the asking connection's Open")
 			go busy.WriteRaw(works(busyWork))
@@ -202,4 +190,15 @@ func TestARequestIsAnsweredWhileAnotherConnectionOfItsLoopIsBusy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// busyServerWithItsBusyPeer starts a busyServer and connects the peer that
+// will keep its loop busy.
+func busyServerWithItsBusyPeer(t *testing.T, loop bool) (*busyServer, string, *rawpeer.Peer) {
+	t.Helper()
+	b := newBusyServer(t, loop)
+	addr := serve(t, b.Server)
+	busy := dialPeer(t, addr)
+	waitOrFail(t, b.opened, "the busy connection's Open")
+	return b, addr, busy
 }

@@ -118,16 +118,7 @@ func TestBrokerSubscribesOnNATSOnlyToTopicsWithLocalSubscribers(t *testing.T) {
 
 func TestBrokerNeverHandsItsOwnMessagesBackToItsReceiver(t *testing.T) {
 	e := startEmbedded(t, "127.0.0.1:0", nil, "")
-	a, err := New(e.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := New(e.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoBrokers(t, e.ClientURL())
 	ra, rb := newRecorder(), newRecorder()
 	if err := a.Attach("a", ra); err != nil {
 		t.Fatal(err)

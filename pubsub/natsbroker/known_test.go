@@ -13,16 +13,7 @@ import (
 // reaches the broker, every time. With nothing new, it runs at once.
 func TestAfterInterestWaitsUntilTheServerKnowsTheSubscription(t *testing.T) {
 	e := startEmbedded(t, "127.0.0.1:0", nil, "")
-	a, err := New(e.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := New(e.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoBrokers(t, e.ClientURL())
 	ra := newRecorder()
 	if err := a.Attach("a", ra); err != nil {
 		t.Fatal(err)
@@ -57,4 +48,19 @@ func TestAfterInterestWaitsUntilTheServerKnowsTheSubscription(t *testing.T) {
 			t.Fatalf("topic %d: AfterInterest with nothing new did not run at once", i)
 		}
 	}
+}
+
+// twoBrokers connects two brokers to the NATS server at url, closed when
+// the test ends.
+func twoBrokers(t *testing.T, url string) (a, b *Broker) {
+	t.Helper()
+	for _, p := range []**Broker{&a, &b} {
+		br, err := New(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { br.Close() })
+		*p = br
+	}
+	return a, b
 }

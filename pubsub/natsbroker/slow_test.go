@@ -36,16 +36,7 @@ func (r *gatedReceiver) Error(err error) { r.errs.add(err) }
 
 func TestMessagesBeyondTheInboxOfASlowNodeAreCountedLostAndReported(t *testing.T) {
 	e := startEmbedded(t, "127.0.0.1:0", nil, "")
-	a, err := New(e.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := New(e.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoBrokers(t, e.ClientURL())
 	// The inbox holds 1 to inboxLen while the receiver is busy with 0.
 	r := &gatedReceiver{
 		entered: make(chan struct{}), open: make(chan struct{}),
