@@ -169,6 +169,18 @@ func subscribeFrame(topic string) []byte {
 	return clientFrame(opText, []byte(`{"type":"subscribe","topic":"`+topic+`"}`), [4]byte{})
 }
 
+// subscribeFrameAt is subscribeFrame asking for what was published after
+// the position offset, epoch (docs/PROTOCOL.md, "History and recovery").
+func subscribeFrameAt(topic string, offset uint64, epoch string) []byte {
+	req, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Topic  string `json:"topic"`
+		Offset uint64 `json:"offset"`
+		Epoch  string `json:"epoch"`
+	}{"subscribe", topic, offset, epoch})
+	return clientFrame(opText, req, [4]byte{})
+}
+
 // run is one client doing its behaviour until ctx ends or the server
 // ends the connection; what the server answered is counted.
 func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
@@ -520,11 +532,11 @@ func (a *adversaryRun) reconnectOld(ctx context.Context, lag int) {
 			}
 			return
 		}
-		req := `{"type":"subscribe","topic":"` + floodTopic + `"`
+		req := subscribeFrame(floodTopic)
 		if epoch != "" {
-			req += `,"offset":` + strconv.FormatUint(offset-min(offset, uint64(lag)), 10) + `,"epoch":"` + epoch + `"`
+			req = subscribeFrameAt(floodTopic, offset-min(offset, uint64(lag)), epoch)
 		}
-		conn.Write(clientFrame(opText, []byte(req+"}"), [4]byte{}))
+		conn.Write(req)
 		ack, err := readAck(ctx, conn, rest)
 		conn.Close()
 		switch {
