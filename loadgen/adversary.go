@@ -26,12 +26,13 @@ import (
 // random stream seeded by --seed (the same seed picks the same clients,
 // behaviours, sizes and start times), against the /ws and /echo endpoints
 // of `rally serve` (over HTTP/1.1, and HTTP/2 for h2-non-reader: serve with
-// --h2c for ws://; reconnect-old recovers history when the flooded topic,
-// "adversary", has some: --history adversary), while a publisher floods a topic and a fast subscriber
-// reads it. The run checks what no client may take from the others: the
-// server's memory, a fresh client's echo, the fast subscriber's rate, and,
-// once every client has left, that the server holds no connection and no
-// budget charge.
+// --h2c for ws://; reconnect-old, and the fast subscriber once the server
+// closed it with 4010, recover history when the flooded topic,
+// "adversary", has some: --history adversary), while a publisher floods a
+// topic and a fast subscriber reads it. The run checks what no client may
+// take from the others: the server's memory, a fresh client's echo, the
+// fast subscriber's rate, and, once every client has left, that the
+// server holds no connection and no budget charge.
 
 // behaviours are what an adversary client can do, by name, with their
 // weight in the draw.
@@ -167,6 +168,18 @@ const floodTopic = "adversary"
 
 func subscribeFrame(topic string) []byte {
 	return clientFrame(opText, []byte(`{"type":"subscribe","topic":"`+topic+`"}`), [4]byte{})
+}
+
+// subscribeFrameAt is subscribeFrame asking for what was published after
+// the position offset, epoch (docs/PROTOCOL.md, "History and recovery").
+func subscribeFrameAt(topic string, offset uint64, epoch string) []byte {
+	req, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Topic  string `json:"topic"`
+		Offset uint64 `json:"offset"`
+		Epoch  string `json:"epoch"`
+	}{"subscribe", topic, offset, epoch})
+	return clientFrame(opText, req, [4]byte{})
 }
 
 // run is one client doing its behaviour until ctx ends or the server
@@ -364,16 +377,36 @@ func bombPayload(n int) []byte {
 }
 
 // fastSub is the well-behaved pair whose rate is measured: a publisher
-// flooding floodTopic and a subscriber reading it.
+// flooding floodTopic and a subscriber reading it. The subscriber does
+// what the protocol asks of a client (docs/PROTOCOL.md, "History and
+// recovery"): on a topic with history it keeps the position of the last
+// message it saw and, when its connection ends (the server closes a
+// subscriber that fell behind with 4010), connects again and subscribes
+// from that position, so that the missed messages are replayed and
+// counted. What happened to it is counted as answers, "fast subscriber:
+// " and: how each connection ended ("close 4010"), "reconnected" (or
+// "reconnect failed (503)"), what each ack said ("first position",
+// "recovered", "not recovered (REASON)"), and anything a well-behaved
+// client should not see ("duplicate", "error CODE"). delivered and
+// published may be read at any time; the rest belongs to the goroutine
+// reading the subscriber.
 type fastSub struct {
-	conns                []net.Conn
+	h                    *hostileRun
 	delivered, published atomic.Int64
+	stop                 context.CancelFunc // ends the context of its connections
+	wg                   sync.WaitGroup
+
+	// The position of the last message seen (epoch "": none yet), and
+	// whether the current connection subscribed from it.
+	offset uint64
+	epoch  string
+	asked  bool
 }
 
+// close ends the pair's connections and waits for its goroutines.
 func (f *fastSub) close() {
-	for _, c := range f.conns {
-		c.Close()
-	}
+	f.stop()
+	f.wg.Wait()
 }
 
 // rate returns the fast subscriber's deliveries per second over d.
@@ -388,44 +421,22 @@ func (f *fastSub) rate(ctx context.Context, d time.Duration) float64 {
 
 // fastSubscriber connects the measured pair and starts the flood.
 func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
-	fast, rest, err := h.t.dial(ctx, false)
-	if err != nil {
-		h.answer("fast subscriber: " + err.Error())
+	ctx, stop := context.WithCancel(ctx)
+	f := &fastSub{h: h, stop: stop}
+	if !f.subscribe(ctx) {
 		return nil
 	}
 	pub, prest, err := h.t.dial(ctx, false)
 	if err != nil {
-		fast.Close()
+		f.close()
 		h.answer(handshakeAnswer(err))
 		return nil
 	}
-	f := &fastSub{conns: []net.Conn{fast, pub}}
-	go io.Copy(io.Discard, &prefixed{Conn: pub, rest: prest})
-	if _, err := fast.Write(subscribeFrame(floodTopic)); err != nil {
-		f.close()
-		return nil
-	}
-	go func() {
-		r := newReader(fast, 64<<10, rest)
-		for {
-			if _, err := r.next(nil, false); err != nil {
-				if ctx.Err() == nil {
-					// Counted as an answer: a rate that falls to 0 says
-					// why (a history topic's subscriber that fell behind
-					// is closed with 4010, to recover).
-					var ce *closedError
-					if errors.As(err, &ce) {
-						h.answer("fast subscriber: close " + strconv.Itoa(ce.code))
-					} else {
-						h.answer("fast subscriber: " + err.Error())
-					}
-				}
-				return
-			}
-			f.delivered.Add(1)
-		}
-	}()
-	go func() {
+	unhook := context.AfterFunc(ctx, func() { pub.Close() })
+	f.wg.Go(func() { io.Copy(io.Discard, &prefixed{Conn: pub, rest: prest}) })
+	f.wg.Go(func() {
+		defer unhook()
+		defer pub.Close()
 		msg := clientFrame(opText, []byte(`{"type":"publish","topic":"`+floodTopic+`","data":"`+strings.Repeat("x", 1000)+`"}`), [4]byte{})
 		for ctx.Err() == nil {
 			if _, err := pub.Write(msg); err != nil {
@@ -433,8 +444,204 @@ func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
 			}
 			f.published.Add(1)
 		}
-	}()
+	})
 	return f
+}
+
+// subscribe connects the fast subscriber, which then reads floodTopic
+// until ctx ends (f.stop ends it). It reports false, having called
+// f.stop, if the server could not be reached.
+func (f *fastSub) subscribe(ctx context.Context) bool {
+	conn, rest, err := f.h.t.dial(ctx, false)
+	if err != nil {
+		f.stop()
+		f.h.answer("fast subscriber: " + err.Error())
+		return false
+	}
+	f.wg.Go(func() { f.read(ctx, conn, rest) })
+	return true
+}
+
+// read reads the fast subscriber's connections, conn first, one after
+// the other while ctx lasts. A connection that ends is followed by
+// another, subscribed from the last position seen, unless there is none
+// to recover from (the topic has no history): the subscriber then stops,
+// as a client that cannot recover anything would.
+func (f *fastSub) read(ctx context.Context, conn net.Conn, rest []byte) {
+	for {
+		err := f.session(ctx, conn, rest)
+		if ctx.Err() != nil {
+			return
+		}
+		// Counted as an answer: a rate that falls says why.
+		f.h.answer("fast subscriber: " + endAnswer(err))
+		if f.epoch == "" {
+			return
+		}
+		if conn, rest = f.redial(ctx); conn == nil {
+			return
+		}
+		f.h.answer("fast subscriber: reconnected")
+	}
+}
+
+// session subscribes to floodTopic on conn, from the last position seen
+// if there is one, and takes what the server sends until the connection
+// ends, which it returns.
+func (f *fastSub) session(ctx context.Context, conn net.Conn, rest []byte) error {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+	f.asked = f.epoch != ""
+	req := subscribeFrame(floodTopic)
+	if f.asked {
+		req = subscribeFrameAt(floodTopic, f.offset, f.epoch)
+	}
+	if _, err := conn.Write(req); err != nil {
+		return err
+	}
+	r := newReader(conn, 64<<10, rest)
+	r.keep = true
+	for {
+		m, err := r.next(nil, false)
+		if err != nil {
+			return err
+		}
+		f.take(m.payload)
+	}
+}
+
+// redial connects the subscriber again: at once (the history a topic
+// keeps may be a few milliseconds of the flood), then, while the server
+// refuses, after 50 ms, 100 ms, and so on up to 2 s. It returns nil once
+// ctx ended.
+func (f *fastSub) redial(ctx context.Context) (net.Conn, []byte) {
+	wait := 50 * time.Millisecond
+	for {
+		conn, rest, err := f.h.t.dial(ctx, false)
+		if err == nil {
+			return conn, rest
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		f.h.answer("fast subscriber: reconnect failed (" + handshakeAnswer(err) + ")")
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// take deals with one text message of the server's: a delivery is
+// counted and its position kept, the ack of the subscribe and an error
+// are counted as answers. A delivery's fields are found by scanning the
+// frame, not decoding it: the scan stops at the position, before the
+// data.
+func (f *fastSub) take(p []byte) {
+	typ, offset, epoch, positioned := scanDelivery(p)
+	switch string(typ) {
+	case `"message"`:
+		if positioned && !f.advance(offset, epoch) {
+			f.h.answer("fast subscriber: duplicate")
+			return
+		}
+		f.delivered.Add(1)
+	case `"ack"`:
+		f.acked(p)
+	case `"error"`:
+		var e struct {
+			Code string `json:"code"`
+		}
+		json.Unmarshal(p, &e)
+		f.h.answer("fast subscriber: error " + e.Code)
+	}
+}
+
+// scanDelivery returns the type of a /ws frame of the server's and, for
+// a message of a topic with history, its position: offset, and epoch as
+// a raw JSON string (quotes and escapes as sent). typ is raw JSON as
+// well (`"message"`).
+func scanDelivery(p []byte) (typ []byte, offset uint64, epoch []byte, positioned bool) {
+	hasOffset := false
+	eachMember(p, func(key, value []byte) bool {
+		switch string(key) {
+		case "type":
+			typ = value
+		case "offset":
+			offset, hasOffset = jsonUint(value)
+		case "epoch":
+			if len(value) >= 2 && value[0] == '"' {
+				epoch = value
+			}
+		}
+		return typ == nil || !hasOffset || epoch == nil
+	})
+	return typ, offset, epoch, hasOffset && epoch != nil
+}
+
+// advance makes offset and epoch (a raw JSON string) the last position
+// seen. It reports false, keeping the position, for a message of the
+// same epoch at or before it: a duplicate, which a client drops.
+func (f *fastSub) advance(offset uint64, epoch []byte) bool {
+	e := epoch[1 : len(epoch)-1]
+	if bytes.IndexByte(e, '\\') >= 0 {
+		var s string
+		if json.Unmarshal(epoch, &s) != nil {
+			return true
+		}
+		e = []byte(s)
+	}
+	if string(e) != f.epoch {
+		// Another epoch: the history began again; offsets of two
+		// epochs are not comparable.
+		f.epoch = string(e)
+	} else if offset <= f.offset {
+		return false
+	}
+	f.offset = offset
+	return true
+}
+
+// acked takes the ack of the subscribe. On a topic with history the
+// first one gives a position to a subscriber that has seen nothing yet;
+// one that asked to recover from its position is told whether the
+// missed messages follow (kept as they come), or why not (the ack's
+// position is then its new one).
+func (f *fastSub) acked(p []byte) {
+	var ack subscribeAck
+	if json.Unmarshal(p, &ack) != nil {
+		return
+	}
+	switch {
+	case f.asked && ack.Recovered:
+		f.h.answer("fast subscriber: recovered")
+	case f.asked && ack.Reason != "":
+		f.h.answer("fast subscriber: not recovered (" + ack.Reason + ")")
+		f.offset, f.epoch = ack.Offset, ack.Epoch
+	case !f.asked && ack.Epoch != "":
+		f.h.answer("fast subscriber: first position")
+		if f.epoch == "" {
+			f.offset, f.epoch = ack.Offset, ack.Epoch
+		}
+	}
+}
+
+// endAnswer says how a connection ended, in words that are the same from
+// one connection to the next: "close 4010", "read: connection reset by
+// peer", "unexpected EOF".
+func endAnswer(err error) string {
+	var ce *closedError
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &ce):
+		return "close " + strconv.Itoa(ce.code)
+	case errors.As(err, &oe):
+		return oe.Err.Error()
+	}
+	return err.Error()
 }
 
 // serverHolds reads the server's metrics: its open WebSocket connections
@@ -520,11 +727,11 @@ func (a *adversaryRun) reconnectOld(ctx context.Context, lag int) {
 			}
 			return
 		}
-		req := `{"type":"subscribe","topic":"` + floodTopic + `"`
+		req := subscribeFrame(floodTopic)
 		if epoch != "" {
-			req += `,"offset":` + strconv.FormatUint(offset-min(offset, uint64(lag)), 10) + `,"epoch":"` + epoch + `"`
+			req = subscribeFrameAt(floodTopic, offset-min(offset, uint64(lag)), epoch)
 		}
-		conn.Write(clientFrame(opText, []byte(req+"}"), [4]byte{}))
+		conn.Write(req)
 		ack, err := readAck(ctx, conn, rest)
 		conn.Close()
 		switch {
@@ -547,7 +754,8 @@ func (a *adversaryRun) reconnectOld(ctx context.Context, lag int) {
 }
 
 // subscribeAck is the part of /ws's ack to a subscribe that reconnectOld
-// reads (docs/PROTOCOL.md, "History and recovery").
+// and the fast subscriber read (docs/PROTOCOL.md, "History and
+// recovery").
 type subscribeAck struct {
 	Type      string `json:"type"`
 	Offset    uint64 `json:"offset"`

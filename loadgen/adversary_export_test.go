@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -43,18 +44,56 @@ func (o *H2NonReaders) Counts() (accepted, refused, cut int64) {
 }
 
 // Answers returns the answers counted so far.
-func (o *H2NonReaders) Answers() map[string]int64 {
-	o.h.mu.Lock()
-	defer o.h.mu.Unlock()
-	out := map[string]int64{}
-	for k, v := range o.h.res.Answers {
-		out[k] = v
-	}
-	return out
-}
+func (o *H2NonReaders) Answers() map[string]int64 { return o.h.answers() }
 
 // Close ends every connection.
 func (o *H2NonReaders) Close() {
 	o.stop()
 	o.h.closeAll()
+}
+
+// answers returns a copy of the answers counted so far.
+func (h *hostileRun) answers() map[string]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int64{}
+	for k, v := range h.res.Answers {
+		out[k] = v
+	}
+	return out
+}
+
+// FastSubscriber is the adversary's fast subscriber, without the
+// publisher that floods its topic.
+type FastSubscriber struct{ f *fastSub }
+
+// StartFastSubscriber connects the fast subscriber to the /ws endpoint
+// wsURL; it reads the adversary's flooded topic until Close.
+func StartFastSubscriber(wsURL string) (*FastSubscriber, error) {
+	t, err := newTarget(wsURL, true, false)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostileRun{t: t, res: &HostileResult{Answers: map[string]int64{}}}
+	ctx, stop := context.WithCancel(context.Background())
+	f := &fastSub{h: h, stop: stop}
+	if !f.subscribe(ctx) {
+		return nil, fmt.Errorf("no fast subscriber: %v", h.answers())
+	}
+	return &FastSubscriber{f}, nil
+}
+
+// Delivered returns the messages of the topic counted so far.
+func (s *FastSubscriber) Delivered() int64 { return s.f.delivered.Load() }
+
+// Answers returns the answers counted so far.
+func (s *FastSubscriber) Answers() map[string]int64 { return s.f.h.answers() }
+
+// Close ends the subscriber and waits for its goroutines.
+func (s *FastSubscriber) Close() { s.f.close() }
+
+// ScanDelivery is what the fast subscriber reads of a frame without
+// decoding it: its type and position, type and epoch as raw JSON.
+func ScanDelivery(p []byte) (typ []byte, offset uint64, epoch []byte, positioned bool) {
+	return scanDelivery(p)
 }

@@ -94,6 +94,11 @@ type reader struct {
 	z *inflater
 	// pings and pongs, when set, count the control frames received.
 	pings, pongs *atomic.Int64
+	// keep makes next return each data message's payload (inflated if
+	// compressed) in message.payload, gathered in kept. The frames must be
+	// unmasked, as a server's are.
+	keep bool
+	kept []byte
 }
 
 // errPong is next's answer to a pong when the reader waits for one.
@@ -143,6 +148,9 @@ type message struct {
 	op   byte  // opText or opBinary
 	size int64 // payload bytes over all fragments
 	same bool  // the payload equals the expected one (when compared)
+	// payload is the message's payload when the reader keeps it, valid
+	// until the next call.
+	payload []byte
 }
 
 // next reads one data message. When compare is set, same reports whether
@@ -150,7 +158,8 @@ type message struct {
 // skipped; a close frame ends with a *closedError, and anything RFC 6455
 // forbids from a server (for a client that offered no extension) with an
 // error wrapping errProtocol. A compressed message is inflated and its
-// inflated payload counted and compared.
+// inflated payload counted and compared. With keep set, the payload is
+// returned too.
 func (p *reader) next(expect []byte, compare bool) (message, error) {
 	var m message
 	inMessage, compressed := false, false
@@ -226,9 +235,11 @@ func (p *reader) next(expect []byte, compare bool) (message, error) {
 			if compressed {
 				p.z.zmsg = p.z.zmsg[:0]
 			}
+			p.kept = p.kept[:0]
 		}
 		if compressed {
-			if err := p.gather(length); err != nil {
+			var err error
+			if p.z.zmsg, err = p.gather(p.z.zmsg, length); err != nil {
 				return m, err
 			}
 			if !fin {
@@ -240,9 +251,19 @@ func (p *reader) next(expect []byte, compare bool) (message, error) {
 			}
 			m.size = int64(len(out))
 			m.same = compare && bytes.Equal(out, expect)
+			if p.keep {
+				m.payload = out
+			}
 			return m, nil
 		}
-		if err := p.skipPayload(&m, length, expect); err != nil {
+		if p.keep {
+			var err error
+			if p.kept, err = p.gather(p.kept, length); err != nil {
+				return m, err
+			}
+			m.size, m.payload = int64(len(p.kept)), p.kept
+			m.same = compare && fin && bytes.Equal(p.kept, expect)
+		} else if err := p.skipPayload(&m, length, expect); err != nil {
 			return m, err
 		}
 		if fin {
@@ -281,23 +302,23 @@ func (p *reader) skipPayload(m *message, length uint64, expect []byte) error {
 }
 
 // gather appends length payload bytes of the current (unmasked) frame to
-// the compressed message being gathered.
-func (p *reader) gather(length uint64) error {
-	if uint64(len(p.z.zmsg))+length > maxInflated {
-		return fmt.Errorf("%w: a compressed reply of more than %d bytes", errProtocol, maxInflated)
+// dst, the message being gathered, which may not grow past maxInflated.
+func (p *reader) gather(dst []byte, length uint64) ([]byte, error) {
+	if uint64(len(dst))+length > maxInflated {
+		return dst, fmt.Errorf("%w: a reply of more than %d bytes", errProtocol, maxInflated)
 	}
 	for length > 0 {
 		if p.r == p.w {
 			if err := p.fill(1); err != nil {
-				return err
+				return dst, err
 			}
 		}
 		chunk := min(uint64(p.w-p.r), length)
-		p.z.zmsg = append(p.z.zmsg, p.buf[p.r:p.r+int(chunk)]...)
+		dst = append(dst, p.buf[p.r:p.r+int(chunk)]...)
 		p.r += int(chunk)
 		length -= chunk
 	}
-	return nil
+	return dst, nil
 }
 
 // control handles a control frame whose header was consumed.
