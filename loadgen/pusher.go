@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -110,7 +111,7 @@ func (r *FanoutResult) ok() bool {
 func PusherMain(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("rally bench")
 	var cfg PusherConfig
-	app := fs.String("app", "", "the app as given to rally serve --pusher-app, `ID:KEY:SECRET` (required)")
+	app := fs.String("app", "", "the app as given to rally serve --pusher-app, `ID:KEY:SECRET` with its limits if any (required)")
 	fs.IntVar(&cfg.Conns, "conns", 1000, "subscribers")
 	fs.IntVar(&cfg.Channels, "channels", 1, "public channels the subscribers are spread over")
 	cli.BytesVar(fs, &cfg.Size, "size", 16, "payload bytes of each event")
@@ -136,13 +137,9 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 	case cfg.WSOnly && cfg.Compare:
 		err = cli.Usagef("give --compare or --ws-only, not both")
 	default:
-		parts := strings.Split(*app, ":")
-		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-			err = cli.Usagef("--app %q is not ID:KEY:SECRET", redactApp(*app))
-			break
+		if err = parseApp(*app, &cfg); err == nil {
+			cfg.URL, err = wsURL(positional[1])
 		}
-		cfg.AppID, cfg.Key, cfg.Secret = parts[0], parts[1], parts[2]
-		cfg.URL, err = wsURL(positional[1])
 	}
 	help := func(w io.Writer) {
 		fmt.Fprint(w, pusherUsage)
@@ -168,12 +165,37 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// redactApp hides the secret of an --app value in a message.
-func redactApp(s string) string {
-	if i := strings.LastIndex(s, ":"); i >= 0 && strings.Count(s, ":") >= 2 {
-		return s[:i+1] + "..."
+// parseApp reads --app into cfg: ID:KEY:SECRET, then the limits
+// rally serve --pusher-app takes, each ":LIMIT=VALUE", so that the same
+// value serves both. The limits are checked as rally serve checks them;
+// the bench needs none of them.
+func parseApp(s string, cfg *PusherConfig) error {
+	parts := strings.Split(s, ":")
+	if len(parts) < 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return cli.Usagef("--app %q is not ID:KEY:SECRET", redactApp(s))
 	}
-	return s
+	cfg.AppID, cfg.Key, cfg.Secret = parts[0], parts[1], parts[2]
+	for _, kv := range parts[3:] {
+		k, v, _ := strings.Cut(kv, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case k != "client-event-rate" && k != "max-connections" && k != "max-message-bytes" && k != "max-presence-members" && k != "cache-ttl":
+			return cli.Usagef("--app: unknown limit %q (max-connections, client-event-rate, max-message-bytes, max-presence-members, cache-ttl)", k)
+		case err != nil || !(f >= 0) || math.IsInf(f, 0):
+			return cli.Usagef("--app: %s=%q is not a positive number", k, v)
+		}
+	}
+	return nil
+}
+
+// redactApp hides the secret of an --app value in a message: the third
+// field, whatever follows it.
+func redactApp(s string) string {
+	parts := strings.Split(s, ":")
+	if len(parts) >= 3 {
+		parts[2] = "..."
+	}
+	return strings.Join(parts, ":")
 }
 
 // RunPusher runs the fan-out over the Pusher protocol and, with Compare,

@@ -75,11 +75,17 @@ func TestPusherWrongSecretFails(t *testing.T) {
 	}
 }
 
+// A wrong --app is a usage error that names --app and never shows the
+// secret; its limits are rally serve's.
 func TestPusherBadAppIsAUsageError(t *testing.T) {
 	for _, args := range [][]string{
 		{"pusher", "ws://127.0.0.1:1"},
 		{"pusher", "ws://127.0.0.1:1", "--app", "a1:k1"},
 		{"pusher", "ws://127.0.0.1:1", "--app", "a1::s1"},
+		{"pusher", "ws://127.0.0.1:1", "--app", "a1::s1:client-event-rate=4"},
+		{"pusher", "ws://127.0.0.1:1", "--app", "a1:k1:s1:client-event-rate=fast"},
+		{"pusher", "ws://127.0.0.1:1", "--app", "a1:k1:s1:client-event-rate=-1"},
+		{"pusher", "ws://127.0.0.1:1", "--app", "a1:k1:s1:events-rate=1"},
 	} {
 		var out, errb bytes.Buffer
 		if status := loadgen.PusherMain(args, &out, &errb); status != 2 || !strings.Contains(errb.String(), "--app") {
@@ -114,5 +120,20 @@ func TestPusherWSOnlyReportsTheMemoryOfWSSubscribers(t *testing.T) {
 	var errb2 bytes.Buffer
 	if status := loadgen.PusherMain([]string{"pusher", "ws://" + addr, "--app", "a1:k1:s1", "--ws-only", "--compare"}, &out, &errb2); status != 2 {
 		t.Errorf("--ws-only with --compare: exit %d, want 2", status)
+	}
+}
+
+// --app takes the value given to rally serve --pusher-app, limits
+// included.
+func TestPusherAppTakesTheLimitsOfRallyServe(t *testing.T) {
+	addr := serveRally(t, server.Config{
+		Logger:     slog.New(slog.DiscardHandler),
+		PusherApps: []server.PusherApp{{ID: "a1", Key: "k1", Secret: "s1", ClientEventRate: 4}},
+	})
+	var out, errb bytes.Buffer
+	status := loadgen.PusherMain([]string{"pusher", "ws://" + addr, "--app", "a1:k1:s1:client-event-rate=4:max-connections=100",
+		"--conns", "2", "--events", "3"}, &out, &errb)
+	if status != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %s", status, errb.String(), out.String())
 	}
 }
