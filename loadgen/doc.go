@@ -50,8 +50,10 @@
 //
 // The pusher scenario (pusher.go, RunPusher) stands apart: it measures the
 // fan-out of rally serve's Pusher Channels endpoints, subscribers on
-// /app/KEY and events triggered on the signed HTTP API, and with Compare
-// the same fan-out over /ws. It speaks JSON protocols and so uses rally's
-// own client (rally.Dial) rather than the hand-written wire code; it costs
-// more per message than the scenarios above, the same for both protocols.
+// /app/KEY and events triggered on the signed HTTP API, or with
+// ClientEvents sent as client events by publisher sockets
+// (pusher_client.go), and with Compare the same fan-out over /ws. It
+// speaks JSON protocols and so uses rally's own client (rally.Dial)
+// rather than the hand-written wire code; it costs more per message than
+// the scenarios above, the same for both protocols.
 package loadgen

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -47,6 +48,25 @@ so that its memory per subscriber is reported: run it against a fresh
 server to compare the memory of the two protocols' subscribers, held by the
 same client code.
 
+With --client-events the subscribers join private channels instead
+(private-bench-0, ...), each subscription signed with the app's secret as
+the app's auth endpoint would sign it, and the events are client events
+(client-bench) sent over WebSocket by --publishers more sockets, each
+subscribed to one of the channels in turn, instead of HTTP triggers. The
+server takes client-event-rate events a second from each socket, in
+bursts as large (10 unless --app gives ID:KEY:SECRET:client-event-rate=N,
+as rally serve --pusher-app takes it): a publisher sends half a burst at
+once, then the rest at 9/10 of the rate. By default there are enough
+publishers that none has to wait, but at most one for every ten
+subscribers (as many on each channel, at least one). A publisher never
+gets its own event back (one that does is an error), so an event is
+expected once per subscriber of its channel; the publishers get one
+another's, counted apart. An event the server refuses (pusher:error, 4301
+past the rate) is an error, not counted as sent. The publishers connect
+after the memory per subscriber is read. With --compare the /ws run sends
+the same events from as many WebSocket clients, paced alike, as publishes
+on /ws.
+
 Exit status: 0 when every event reached every subscriber without errors,
 1 otherwise, 2 for a usage error.
 
@@ -65,6 +85,17 @@ type PusherConfig struct {
 	Compare            bool          // also over rally's own /ws protocol
 	WSOnly             bool          // over rally's own /ws protocol only
 	ServerPID          int
+	// ClientEvents sends the events over WebSocket from publisher
+	// sockets, as client events on private channels (Pusher) or as
+	// publishes (/ws), instead of over HTTP.
+	ClientEvents bool
+	// Publishers is how many sockets send with ClientEvents, spread
+	// over the channels in turn; 0 picks enough that none waits for the
+	// rate limit.
+	Publishers int
+	// ClientEventRate is the app's client events a second per socket
+	// (its client-event-rate); 0 is the server's default, 10.
+	ClientEventRate float64
 }
 
 // FanoutResult is what one protocol's run measured.
@@ -74,8 +105,8 @@ type FanoutResult struct {
 	Subscribed       int      `json:"subscribed"`
 	SubscribeSeconds float64  `json:"subscribe_seconds"`
 	SubscribeRate    float64  `json:"subscribes_per_second"` // handshake + subscribe
-	Triggered        int64    `json:"triggered"`
-	TriggerErrors    int64    `json:"trigger_errors"`
+	Triggered        int64    `json:"triggered"`             // events the server took
+	TriggerErrors    int64    `json:"trigger_errors"`        // events not sent, or refused
 	Expected         int64    `json:"expected_deliveries"`
 	Deliveries       int64    `json:"deliveries"`
 	Seconds          float64  `json:"seconds"` // first trigger to last delivery
@@ -88,6 +119,17 @@ type FanoutResult struct {
 	ErrorSamples     []string `json:"error_samples,omitempty"`
 	RSSPerConn       int64    `json:"server_rss_per_conn,omitempty"` // first run only
 	ServerCPUSeconds float64  `json:"server_cpu_seconds,omitempty"`  // during the fan-out
+
+	// ClientEvents says the events were sent over WebSocket by
+	// Publishers sockets, not over HTTP. PublisherDeliveries is the
+	// events publishers got from the other publishers of their channel,
+	// of PublisherExpected (neither in Deliveries nor Expected); Echoed
+	// is the events a publisher got back of its own (each also an error).
+	ClientEvents        bool  `json:"client_events,omitempty"`
+	Publishers          int   `json:"publishers,omitempty"`
+	PublisherDeliveries int64 `json:"publisher_deliveries,omitempty"`
+	PublisherExpected   int64 `json:"expected_publisher_deliveries,omitempty"`
+	Echoed              int64 `json:"echoed,omitempty"`
 }
 
 // PusherResult is the pusher scenario's report.
@@ -110,13 +152,15 @@ func (r *FanoutResult) ok() bool {
 func PusherMain(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("rally bench")
 	var cfg PusherConfig
-	app := fs.String("app", "", "the app as given to rally serve --pusher-app, `ID:KEY:SECRET` (required)")
+	app := fs.String("app", "", "the app as given to rally serve --pusher-app, `ID:KEY:SECRET` with its limits if any (required)")
 	fs.IntVar(&cfg.Conns, "conns", 1000, "subscribers")
-	fs.IntVar(&cfg.Channels, "channels", 1, "public channels the subscribers are spread over")
+	fs.IntVar(&cfg.Channels, "channels", 1, "channels the subscribers are spread over (public; private with --client-events)")
 	cli.BytesVar(fs, &cfg.Size, "size", 16, "payload bytes of each event")
 	fs.IntVar(&cfg.Events, "events", 0, "events to trigger (default: as many as --duration allows, or 100 without it)")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "trigger for this long instead of a number of events")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "HTTP triggers at a time")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "HTTP triggers at a time (not with --client-events)")
+	fs.BoolVar(&cfg.ClientEvents, "client-events", false, "send the events as client events on private channels from publisher sockets, not over HTTP")
+	fs.IntVar(&cfg.Publishers, "publishers", 0, "publisher sockets with --client-events (default: enough that none waits for the rate limit)")
 	fs.BoolVar(&cfg.Compare, "compare", false, "also run the same fan-out over rally's own /ws protocol")
 	fs.BoolVar(&cfg.WSOnly, "ws-only", false, "run the fan-out over rally's own /ws protocol only (its memory per subscriber is then reported)")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine: report its memory per subscriber and CPU")
@@ -135,14 +179,16 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 		err = cli.Usagef("give --events or --duration, not both")
 	case cfg.WSOnly && cfg.Compare:
 		err = cli.Usagef("give --compare or --ws-only, not both")
+	case cfg.Publishers < 0:
+		err = cli.Usagef("--publishers must not be negative")
+	case cfg.Publishers > 0 && !cfg.ClientEvents:
+		err = cli.Usagef("--publishers is for --client-events")
+	case cfg.Publishers > 0 && cfg.Publishers < cfg.Channels:
+		err = cli.Usagef("--publishers %d is fewer than --channels %d: each channel needs one", cfg.Publishers, cfg.Channels)
 	default:
-		parts := strings.Split(*app, ":")
-		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-			err = cli.Usagef("--app %q is not ID:KEY:SECRET", redactApp(*app))
-			break
+		if err = parseApp(*app, &cfg); err == nil {
+			cfg.URL, err = wsURL(positional[1])
 		}
-		cfg.AppID, cfg.Key, cfg.Secret = parts[0], parts[1], parts[2]
-		cfg.URL, err = wsURL(positional[1])
 	}
 	help := func(w io.Writer) {
 		fmt.Fprint(w, pusherUsage)
@@ -168,12 +214,39 @@ func PusherMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// redactApp hides the secret of an --app value in a message.
-func redactApp(s string) string {
-	if i := strings.LastIndex(s, ":"); i >= 0 && strings.Count(s, ":") >= 2 {
-		return s[:i+1] + "..."
+// parseApp reads --app into cfg: ID:KEY:SECRET, then the limits
+// rally serve --pusher-app takes, each ":LIMIT=VALUE", so that the same
+// value serves both. The limits are checked as rally serve checks them;
+// the bench needs client-event-rate, to pace client events.
+func parseApp(s string, cfg *PusherConfig) error {
+	parts := strings.Split(s, ":")
+	if len(parts) < 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return cli.Usagef("--app %q is not ID:KEY:SECRET", redactApp(s))
 	}
-	return s
+	cfg.AppID, cfg.Key, cfg.Secret = parts[0], parts[1], parts[2]
+	for _, kv := range parts[3:] {
+		k, v, _ := strings.Cut(kv, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case k != "client-event-rate" && k != "max-connections" && k != "max-message-bytes" && k != "max-presence-members" && k != "cache-ttl":
+			return cli.Usagef("--app: unknown limit %q (max-connections, client-event-rate, max-message-bytes, max-presence-members, cache-ttl)", k)
+		case err != nil || !(f >= 0) || math.IsInf(f, 0):
+			return cli.Usagef("--app: %s=%q is not a positive number", k, v)
+		case k == "client-event-rate":
+			cfg.ClientEventRate = f
+		}
+	}
+	return nil
+}
+
+// redactApp hides the secret of an --app value in a message: the third
+// field, whatever follows it.
+func redactApp(s string) string {
+	parts := strings.Split(s, ":")
+	if len(parts) >= 3 {
+		parts[2] = "..."
+	}
+	return strings.Join(parts, ":")
 }
 
 // RunPusher runs the fan-out over the Pusher protocol and, with Compare,
@@ -183,8 +256,15 @@ func RunPusher(ctx context.Context, cfg PusherConfig) (*PusherResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if limit := openFileLimit(); limit > 0 && cfg.Conns+64 > limit {
-		return nil, fmt.Errorf("%d subscribers need more open files than this process may have (%d); raise ulimit -n or lower --conns", cfg.Conns, limit)
+	if cfg.ClientEventRate == 0 {
+		cfg.ClientEventRate = 10
+	}
+	sockets, what := cfg.Conns, "subscribers"
+	if cfg.ClientEvents {
+		sockets, what = cfg.Conns+publishers(cfg), "subscribers and publishers"
+	}
+	if limit := openFileLimit(); limit > 0 && sockets+64 > limit {
+		return nil, fmt.Errorf("%d %s need more open files than this process may have (%d); raise ulimit -n or lower --conns", sockets, what, limit)
 	}
 	httpBase := "http://" + u.Host
 	if u.Scheme == "wss" {
@@ -231,53 +311,58 @@ type fanout struct {
 	// the runtime kept from it would hide this one's; none is reported.
 	second bool
 
-	perChannel []int64 // subscribers of each channel
-	deliveries atomic.Int64
-	lastNs     atomic.Int64
-	errs       errorLog
-	hists      [64]struct {
+	perChannel   []int64 // subscribers of each channel
+	pubsOn       []int64 // publishers of each channel
+	triggered    atomic.Int64
+	expected     atomic.Int64
+	deliveries   atomic.Int64
+	toPublishers atomic.Int64 // see FanoutResult.PublisherDeliveries
+	forPeers     atomic.Int64 // see FanoutResult.PublisherExpected
+	echoed       atomic.Int64
+	lastNs       atomic.Int64
+	errs         errorLog
+	sendErrs     errorLog // events not sent or refused
+	hists        [64]struct {
 		sync.Mutex
 		h histogram
 	}
 }
 
-// benchChannel is the name of channel i.
-func benchChannel(i int) string { return "bench-" + strconv.Itoa(i) }
+// channel is the name of channel i: private with client events, which
+// Pusher takes on private and presence channels only.
+func (f *fanout) channel(i int) string {
+	if f.protocol == "pusher" && f.cfg.ClientEvents {
+		return "private-bench-" + strconv.Itoa(i)
+	}
+	return "bench-" + strconv.Itoa(i)
+}
+
+// event is the name of the Pusher events of the run.
+func (f *fanout) event() string {
+	if f.cfg.ClientEvents {
+		return "client-bench"
+	}
+	return "bench"
+}
 
 func (f *fanout) run(ctx context.Context) (*FanoutResult, error) {
 	cfg := f.cfg
-	r := &FanoutResult{Protocol: f.protocol, Conns: cfg.Conns}
+	r := &FanoutResult{Protocol: f.protocol, Conns: cfg.Conns, ClientEvents: cfg.ClientEvents}
 	f.perChannel = make([]int64, cfg.Channels)
+	f.pubsOn = make([]int64, cfg.Channels)
 	rssBefore := int64(0)
 	if cfg.ServerPID > 0 {
 		rssBefore, _, _ = ProcessMemory(cfg.ServerPID)
 	}
 
-	// Subscribe, 64 at a time.
-	conns := make([]*rally.Conn, cfg.Conns)
-	var subscribed atomic.Int64
 	start := time.Now()
-	sem := make(chan struct{}, 64)
-	var wg sync.WaitGroup
-	for i := range conns {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			c, err := f.subscribe(sctx, benchChannel(i%cfg.Channels))
-			if err != nil {
-				f.errs.add(err)
-				return
-			}
-			conns[i] = c
-			subscribed.Add(1)
-		}()
-	}
-	wg.Wait()
+	conns := f.connect(ctx, cfg.Conns)
 	r.SubscribeSeconds = time.Since(start).Seconds()
-	r.Subscribed = int(subscribed.Load())
+	for _, c := range conns {
+		if c != nil {
+			r.Subscribed++
+		}
+	}
 	if r.SubscribeSeconds > 0 {
 		r.SubscribeRate = float64(r.Subscribed) / r.SubscribeSeconds
 	}
@@ -292,15 +377,28 @@ func (f *fanout) run(ctx context.Context) (*FanoutResult, error) {
 			r.RSSPerConn = (rss - rssBefore) / int64(r.Subscribed)
 		}
 	}
-	defer func() {
+	// The publishers connect after the memory is read: it is the
+	// subscribers'.
+	var pubs []*publisher
+	if cfg.ClientEvents {
+		pubs = f.publishers(f.connect(ctx, publishers(cfg)))
+		r.Publishers = len(pubs)
+	}
+	closeAll := func() {
 		for _, c := range conns {
 			if c != nil {
 				c.CloseNow()
 			}
 		}
-	}()
+		for _, p := range pubs {
+			if p.c != nil {
+				p.c.CloseNow()
+			}
+		}
+	}
+	defer closeAll()
 
-	// Read on every subscriber.
+	// Read on every subscriber and publisher.
 	rctx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	var readers sync.WaitGroup
@@ -315,46 +413,42 @@ func (f *fanout) run(ctx context.Context) (*FanoutResult, error) {
 			f.read(rctx, c, &f.hists[i%len(f.hists)])
 		}()
 	}
+	for _, p := range pubs {
+		if p.c == nil {
+			continue
+		}
+		f.pubsOn[p.ch]++
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			f.readPublisher(rctx, p)
+		}()
+	}
 
-	// Trigger.
+	// Send.
 	var cpu0 time.Duration
 	if cfg.ServerPID > 0 {
 		cpu0, _ = ProcessCPU(cfg.ServerPID)
 	}
-	var next, triggered, expected atomic.Int64
-	var triggerErrs errorLog
 	first := time.Now()
 	deadline := first.Add(cfg.Duration)
-	var tw sync.WaitGroup
-	for range cfg.Concurrency {
-		tw.Add(1)
-		go func() {
-			defer tw.Done()
-			for ctx.Err() == nil {
-				n := next.Add(1) - 1
-				if cfg.Events > 0 && n >= int64(cfg.Events) || cfg.Events == 0 && time.Now().After(deadline) {
-					return
-				}
-				ch := int(n % int64(cfg.Channels))
-				if err := f.trigger(ctx, benchChannel(ch)); err != nil {
-					triggerErrs.add(err)
-					continue
-				}
-				triggered.Add(1)
-				expected.Add(f.perChannel[ch])
-			}
-		}()
+	if cfg.ClientEvents {
+		f.sendClientEvents(ctx, pubs, deadline)
+	} else {
+		f.triggerAll(ctx, deadline)
 	}
-	tw.Wait()
-	r.Triggered = triggered.Load()
-	r.TriggerErrors = triggerErrs.n.Load()
-	r.Expected = expected.Load()
+	r.Triggered = f.triggered.Load()
+	r.TriggerErrors = f.sendErrs.n.Load()
+	r.Expected = f.expected.Load()
+
+	r.PublisherExpected = f.forPeers.Load()
 
 	// Wait for the deliveries, until none came for 5 s.
-	seen, quiet := f.deliveries.Load(), time.Now()
-	for f.deliveries.Load() < r.Expected && ctx.Err() == nil && time.Since(quiet) < 5*time.Second {
+	got := func() int64 { return f.deliveries.Load() + f.toPublishers.Load() }
+	seen, quiet := got(), time.Now()
+	for got() < r.Expected+r.PublisherExpected && ctx.Err() == nil && time.Since(quiet) < 5*time.Second {
 		time.Sleep(10 * time.Millisecond)
-		if d := f.deliveries.Load(); d != seen {
+		if d := got(); d != seen {
 			seen, quiet = d, time.Now()
 		}
 	}
@@ -364,14 +458,12 @@ func (f *fanout) run(ctx context.Context) (*FanoutResult, error) {
 		}
 	}
 	stopReading()
-	for _, c := range conns {
-		if c != nil {
-			c.CloseNow()
-		}
-	}
+	closeAll()
 	readers.Wait()
 
 	r.Deliveries = f.deliveries.Load()
+	r.PublisherDeliveries = f.toPublishers.Load()
+	r.Echoed = f.echoed.Load()
 	if last := f.lastNs.Load(); last > first.UnixNano() {
 		r.Seconds = float64(last-first.UnixNano()) / 1e9
 		r.DeliveryRate = float64(r.Deliveries) / r.Seconds
@@ -383,8 +475,62 @@ func (f *fanout) run(ctx context.Context) (*FanoutResult, error) {
 	l := h.summary()
 	r.P50Micros, r.P90Micros, r.P99Micros, r.MaxMicros = l.P50, l.P90, l.P99, l.Max
 	r.Errors = f.errs.n.Load()
-	r.ErrorSamples = append(f.errs.samples(), triggerErrs.samples()...)
+	r.ErrorSamples = append(f.errs.samples(), f.sendErrs.samples()...)
 	return r, nil
+}
+
+// connect opens n sockets, 64 at a time, socket i subscribed to channel
+// i % Channels. A socket that could not subscribe is nil, its error
+// counted.
+func (f *fanout) connect(ctx context.Context, n int) []*rally.Conn {
+	conns := make([]*rally.Conn, n)
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for i := range conns {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			c, err := f.subscribe(sctx, f.channel(i%f.cfg.Channels))
+			if err != nil {
+				f.errs.add(err)
+				return
+			}
+			conns[i] = c
+		}()
+	}
+	wg.Wait()
+	return conns
+}
+
+// triggerAll triggers the run's events over HTTP, Concurrency at a time,
+// each to one channel in turn, until there were Events or deadline.
+func (f *fanout) triggerAll(ctx context.Context, deadline time.Time) {
+	cfg := f.cfg
+	var next atomic.Int64
+	var tw sync.WaitGroup
+	for range cfg.Concurrency {
+		tw.Add(1)
+		go func() {
+			defer tw.Done()
+			for ctx.Err() == nil {
+				n := next.Add(1) - 1
+				if cfg.Events > 0 && n >= int64(cfg.Events) || cfg.Events == 0 && time.Now().After(deadline) {
+					return
+				}
+				ch := int(n % int64(cfg.Channels))
+				if err := f.trigger(ctx, f.channel(ch)); err != nil {
+					f.sendErrs.add(err)
+					continue
+				}
+				f.triggered.Add(1)
+				f.expected.Add(f.perChannel[ch])
+			}
+		}()
+	}
+	tw.Wait()
 }
 
 // pusherEvent is a message of the Pusher protocol.
@@ -396,10 +542,12 @@ type pusherEvent struct {
 
 // wsMessage is a message of rally's /ws protocol.
 type wsMessage struct {
-	Type  string          `json:"type"`
-	Topic string          `json:"topic"`
-	Data  json.RawMessage `json:"data"`
-	Code  string          `json:"code"`
+	Type    string          `json:"type"`
+	ID      json.RawMessage `json:"id"`
+	Topic   string          `json:"topic"`
+	Data    json.RawMessage `json:"data"`
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
 }
 
 // subscribe opens one subscriber of ch and returns it once subscribed.
@@ -435,10 +583,18 @@ func (f *fanout) handshake(ctx context.Context, c *rally.Conn, ch string) error 
 		return err
 	}
 	var e pusherEvent
-	if json.Unmarshal(b, &e) != nil || e.Event != "pusher:connection_established" {
+	var established struct {
+		SocketID string `json:"socket_id"`
+	}
+	if json.Unmarshal(b, &e) != nil || e.Event != "pusher:connection_established" || dataObject(e.Data, &established) != nil {
 		return fmt.Errorf("connection answered with %.80s", b)
 	}
-	if err := c.Write(ctx, rally.Text, []byte(`{"event":"pusher:subscribe","data":{"channel":"`+ch+`"}}`)); err != nil {
+	sub := map[string]string{"channel": ch}
+	if strings.HasPrefix(ch, "private-") {
+		sub["auth"] = f.channelAuth(established.SocketID, ch)
+	}
+	req, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": sub})
+	if err := c.Write(ctx, rally.Text, req); err != nil {
 		return err
 	}
 	_, b, err = c.Read(ctx)
@@ -449,6 +605,28 @@ func (f *fanout) handshake(ctx context.Context, c *rally.Conn, ch string) error 
 		return fmt.Errorf("subscribe answered with %.80s", b)
 	}
 	return nil
+}
+
+// channelAuth is the auth of a subscription to a private channel, as
+// the app's auth endpoint signs it with the secret:
+// KEY:hex(HMAC-SHA256(SECRET, SOCKET_ID:CHANNEL)).
+func (f *fanout) channelAuth(socketID, ch string) string {
+	mac := hmac.New(sha256.New, []byte(f.cfg.Secret))
+	mac.Write([]byte(socketID + ":" + ch))
+	return f.cfg.Key + ":" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// dataObject reads the data of a pusher: event into v: the protocol's
+// data is a string of JSON, but some servers send the object itself.
+func dataObject(raw json.RawMessage, v any) error {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return err
+		}
+		raw = []byte(s)
+	}
+	return json.Unmarshal(raw, v)
 }
 
 // read counts the events c gets and their latency until ctx ends.
@@ -475,7 +653,7 @@ func (f *fanout) read(ctx context.Context, c *rally.Conn, hs *struct {
 			data = m.Data
 		} else {
 			var e pusherEvent
-			if json.Unmarshal(b, &e) != nil || e.Event != "bench" {
+			if json.Unmarshal(b, &e) != nil || e.Event != f.event() {
 				if e.Event == "pusher:ping" {
 					c.Write(ctx, rally.Text, []byte(`{"event":"pusher:pong","data":{}}`))
 					continue
@@ -504,9 +682,13 @@ func (f *fanout) read(ctx context.Context, c *rally.Conn, hs *struct {
 }
 
 // fanoutPayload is the data of an event: "t<send time, ns>-xxx..." of size
-// bytes at least.
-func fanoutPayload(size int) string {
+// bytes at least, or "t<send time, ns>-<tag>-xxx..." with a tag: the
+// publisher's, so that it knows its own.
+func fanoutPayload(size int, tag string) string {
 	s := "t" + strconv.FormatInt(time.Now().UnixNano(), 10) + "-"
+	if tag != "" {
+		s += tag + "-"
+	}
 	if len(s) < size {
 		s += strings.Repeat("x", size-len(s))
 	}
@@ -514,7 +696,7 @@ func fanoutPayload(size int) string {
 }
 
 // sendTime reads the send time out of the data of an event, a JSON string
-// made by payload.
+// made by fanoutPayload.
 func sendTime(data json.RawMessage) (int64, error) {
 	var s string
 	if err := json.Unmarshal(data, &s); err == nil && strings.HasPrefix(s, "t") {
@@ -530,7 +712,7 @@ func sendTime(data json.RawMessage) (int64, error) {
 // trigger sends one event to ch: signed POST /apps/ID/events for Pusher,
 // POST /publish/ch for /ws.
 func (f *fanout) trigger(ctx context.Context, ch string) error {
-	data := fanoutPayload(f.cfg.Size)
+	data := fanoutPayload(f.cfg.Size, "")
 	var req *http.Request
 	var err error
 	if f.protocol == "ws" {
@@ -580,7 +762,15 @@ func (r *PusherResult) WriteSummary(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%s:\n", f.Protocol)
 		fmt.Fprintf(w, "  subscribers   %d of %d in %.2fs (%s/s connect+subscribe)\n", f.Subscribed, f.Conns, f.SubscribeSeconds, Count(f.SubscribeRate))
-		fmt.Fprintf(w, "  events        %d triggered, %d deliveries of %d expected in %.2fs\n", f.Triggered, f.Deliveries, f.Expected, f.Seconds)
+		sent, sendErrs := "triggered", "trigger"
+		if f.ClientEvents {
+			sent, sendErrs = "sent as client events", "sending"
+			if f.Protocol == "ws" {
+				sent = "published from WebSocket clients"
+			}
+			fmt.Fprintf(w, "  publishers    %d; they got %d of the %d events from one another\n", f.Publishers, f.PublisherDeliveries, f.PublisherExpected)
+		}
+		fmt.Fprintf(w, "  events        %d %s, %d deliveries of %d expected in %.2fs\n", f.Triggered, sent, f.Deliveries, f.Expected, f.Seconds)
 		fmt.Fprintf(w, "  deliveries/s  %s\n", Count(f.DeliveryRate))
 		fmt.Fprintf(w, "  latency       p50 %s  p90 %s  p99 %s  max %s\n", Micros(f.P50Micros), Micros(f.P90Micros), Micros(f.P99Micros), Micros(f.MaxMicros))
 		if f.RSSPerConn != 0 {
@@ -589,7 +779,7 @@ func (r *PusherResult) WriteSummary(w io.Writer) {
 		if f.ServerCPUSeconds != 0 {
 			fmt.Fprintf(w, "  server CPU    %.2fs during the fan-out\n", f.ServerCPUSeconds)
 		}
-		fmt.Fprintf(w, "  errors        %d (trigger %d)\n", f.Errors, f.TriggerErrors)
+		fmt.Fprintf(w, "  errors        %d (%s %d)\n", f.Errors, sendErrs, f.TriggerErrors)
 		for _, s := range f.ErrorSamples {
 			fmt.Fprintf(w, "    %s\n", s)
 		}
