@@ -91,7 +91,7 @@ func (s *Server) pusherAuthorize(r *http.Request) (any, *rally.Rejection) {
 		return pc, nil
 	}
 	pc.app = app
-	pc.tokens, pc.last = float32(app.ClientEventRate), time.Since(pusherEpoch)
+	pc.tokens, pc.last = float32(app.clientEventBurst()), time.Since(pusherEpoch)
 	if r.Context().Value(overCapacity{}) != nil {
 		pc.refuse = pusherOverCapacity
 		return pc, nil
@@ -528,7 +528,7 @@ func (s *Server) pusherClientEvent(c *rally.Conn, pc *pusherConn, m *pusherMsg) 
 		return
 	}
 	now := time.Since(pusherEpoch)
-	pc.tokens = float32(min(a.ClientEventRate, float64(pc.tokens)+(now-pc.last).Seconds()*a.ClientEventRate))
+	pc.tokens = float32(min(a.clientEventBurst(), float64(pc.tokens)+(now-pc.last).Seconds()*a.ClientEventRate))
 	pc.last = now
 	if pc.tokens < 1 {
 		s.m.refusals.WithLabelValues("pusher_client_event_rate").Inc()

@@ -20,7 +20,8 @@ type PusherApp struct {
 	// (past it: pusher:error 4004). 0 means no limit of its own.
 	MaxConnections int
 	// ClientEventRate is how many client events per second one
-	// connection may send (with a burst of as many). Default 10.
+	// connection may send (with a burst of as many, at least one).
+	// Default 10.
 	ClientEventRate float64
 	// MaxMessageBytes bounds a client message and the data of an event
 	// triggered over the HTTP API. Default 10 KiB.
@@ -287,3 +288,8 @@ func (a *pusherApp) dropCacheLocked(ch string) {
 		delete(a.cache, ch)
 	}
 }
+
+// clientEventBurst is how many client events a connection may send at
+// once: as many as a second allows, and at least one, so that a rate
+// below one a second lets one event through every 1/rate seconds.
+func (a *PusherApp) clientEventBurst() float64 { return max(a.ClientEventRate, 1) }

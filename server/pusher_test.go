@@ -321,6 +321,29 @@ func TestPusherClientEventRules(t *testing.T) {
 	}
 }
 
+// A rate below one event a second still lets one event through, then one
+// every 1/rate seconds: the burst is at least one event. (Before, a rate
+// of 0.5 refused every client event: the bucket never held a whole one.)
+func TestPusherClientEventRateBelowOneLetsAnEventThrough(t *testing.T) {
+	app := testApp
+	app.ClientEventRate = 0.5
+	ts := pusherServe(t, app)
+	a := pusherDial(t, ts, app.Key)
+	b := pusherDial(t, ts, app.Key)
+	for _, c := range []*pusherClient{a, b} {
+		c.subscribe(app, "private-y", "")
+		c.expectEvent("pusher_internal:subscription_succeeded", "private-y")
+	}
+	a.send(`{"event":"client-x","channel":"private-y","data":{"n":1}}`)
+	if data := b.expectEvent("client-x", "private-y"); !sameJSON(data, `{"n":1}`) {
+		t.Fatalf("the first client event reached the other subscriber as %s", data)
+	}
+	a.send(`{"event":"client-x","channel":"private-y","data":{"n":2}}`)
+	if data := a.expectEvent("pusher:error", ""); !strings.Contains(data, "4301") {
+		t.Fatalf("the second event at once: %s, want 4301", data)
+	}
+}
+
 func TestPusherCacheChannel(t *testing.T) {
 	ts := pusherServe(t)
 	a := pusherDial(t, ts, testApp.Key)
