@@ -123,6 +123,7 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 		c.Close(pc.refuse, refuseReason(pc.refuse))
 		return
 	}
+	s.slow.add(c)
 	data, _ := json.Marshal(map[string]any{"socket_id": pc.socketID, "activity_timeout": pusherActivityTimeout})
 	pusherSend(c, "pusher:connection_established", "", data)
 }
@@ -143,6 +144,7 @@ func (s *Server) pusherClose(c *rally.Conn, ce *rally.CloseError) {
 			}
 		}
 		a.mu.Unlock()
+		s.slow.remove(c)
 	}
 	s.conns.Add(-1)
 	s.m.closed("pusher", ce.Code)
@@ -671,7 +673,10 @@ func (s *Server) pusherRoutes() {
 	if s.pusherWS == nil {
 		return
 	}
-	s.mux.Handle("GET /app/{key}", s.limitFull(s.pusherWS, true))
+	s.mux.Handle("GET /app/{key}", s.limitFull(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		capSendBuffer(r, s.cfg.SubscriberSendBuffer)
+		s.pusherWS.ServeHTTP(w, r)
+	}), true))
 	s.mux.Handle("CONNECT /app/{key}", s.limitFull(s.pusherWS, true)) // over HTTP/2 (RFC 8441)
 	s.mux.HandleFunc("POST /apps/{app_id}/events", s.pusherAPI(s.pusherEvents))
 	s.mux.HandleFunc("POST /apps/{app_id}/batch_events", s.pusherAPI(s.pusherBatch))

@@ -36,7 +36,12 @@ type pusherClient struct {
 
 func pusherDial(t *testing.T, ts *testServer, key string) *pusherClient {
 	t.Helper()
-	c := dial(t, ts.ws+"/app/"+key+"?protocol=7&client=js&version=8.4.0", nil)
+	return pusherDialWith(t, ts, key, nil)
+}
+
+func pusherDialWith(t *testing.T, ts *testServer, key string, opts *rally.DialOptions) *pusherClient {
+	t.Helper()
+	c := dial(t, ts.ws+"/app/"+key+"?protocol=7&client=js&version=8.4.0", opts)
 	ev, _, data := pusherRead(t, c)
 	if ev != "pusher:connection_established" {
 		t.Fatalf("first event %q, want pusher:connection_established", ev)

@@ -10,7 +10,8 @@ import (
 	"github.com/rallyws/rally"
 )
 
-// Slow subscribers: a /ws connection whose send queue stays full is cut.
+// Slow subscribers: a /ws or Pusher (/app/KEY) connection whose send
+// queue stays full is cut.
 //
 // Past its buffer limit a subscriber's messages are dropped, and a
 // dropped send costs its publisher one load (rally's Send refuses it
@@ -144,6 +145,11 @@ func (s *Server) cutSlow(c *rally.Conn, moved bool) {
 	}
 	if !moved {
 		c.CloseNow()
+		return
+	}
+	if _, ok := c.Data().(*pusherConn); ok {
+		// A Pusher client reconnects after backing off on 4100-4199.
+		go c.Close(pusherOverCapacity, reasonSlow)
 		return
 	}
 	// Close waits for the handshake (at most the close timeout) when

@@ -189,7 +189,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "ping a quiet client this often (negative: never)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 90*time.Second, "close a client silent this long with 1001 (negative: never)")
 	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", 30*time.Second, "let a client go when bytes for it have waited this long without it taking one\n(negative: never)")
-	fs.DurationVar(&cfg.SlowSubscriberTimeout, "slow-subscriber-timeout", time.Second, "cut a /ws client whose messages stayed at --buffer-limit this long, whether\nit took no byte or too few (1008, or 1006 when it took none; negative: never)")
+	fs.DurationVar(&cfg.SlowSubscriberTimeout, "slow-subscriber-timeout", time.Second, "cut a /ws or Pusher client whose messages stayed at --buffer-limit this long,\nwhether it took no byte or too few (1008, Pusher 4100, or 1006 when it took\nnone; negative: never)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "time close handshakes may take on shutdown")
 	// The event loop is the default where it exists (Linux): less memory
 	// per idle connection, and fewer system calls per message.
