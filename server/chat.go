@@ -14,9 +14,16 @@ const chatTopic = "#chat"
 // is read, so that it gets everything sent after its handshake.
 func (s *Server) chatOpen(c *rally.Conn) {
 	s.opened("chat")(c)
+	s.slow.add(c)
 	if err := s.hub.Subscribe(c, chatTopic); err != nil && !errors.Is(err, rally.ErrClosed) {
 		s.log.Warn("chat: other nodes not told", "err", err)
 	}
+}
+
+// chatClose lets the slow-subscriber watch forget c.
+func (s *Server) chatClose(c *rally.Conn, ce *rally.CloseError) {
+	s.slow.remove(c)
+	s.closed("chat")(c, ce)
 }
 
 // chatMessage relays a /chat message as it is (same bytes, same type) to

@@ -10,8 +10,8 @@ import (
 	"github.com/rallyws/rally"
 )
 
-// Slow subscribers: a /ws or Pusher (/app/KEY) connection whose send
-// queue stays full is cut.
+// Slow subscribers: a /ws, /chat or Pusher (/app/KEY) connection whose
+// send queue stays full is cut.
 //
 // Past its buffer limit a subscriber's messages are dropped, and a
 // dropped send costs its publisher one load (rally's Send refuses it

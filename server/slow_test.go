@@ -283,3 +283,67 @@ func smallReadBuffer() *rally.DialOptions {
 		return c, err
 	}}
 }
+
+// The same rule in the /chat room: a client that never reads is cut and
+// one that reads (and sends) keeps receiving. (Before, /chat clients were
+// not watched.)
+func TestANeverReadingChatClientIsCutAndAReadingOneKeepsReceiving(t *testing.T) {
+	for _, mode := range serveModes {
+		t.Run(mode.name, func(t *testing.T) {
+			inMode(t, mode.eventLoop)
+			s := serve(t, Config{
+				BufferLimit:           64 << 10,
+				SubscriberSendBuffer:  16 << 10,
+				Protection:            Protection{MemoryLimit: -1},
+				SlowSubscriberTimeout: 300 * time.Millisecond,
+				HandshakeRate:         -1,
+			})
+			slow := dial(t, s.ws+"/chat", smallReadBuffer())
+			fast := dial(t, s.ws+"/chat", nil)
+			var received atomic.Int64
+			readErr := make(chan error, 1)
+			go func() {
+				for {
+					if _, _, err := fast.c.Read(context.Background()); err != nil {
+						readErr <- err
+						return
+					}
+					received.Add(1)
+				}
+			}()
+			data := incompressible(4000)
+			published := 0
+			publish := func() {
+				t.Helper()
+				fast.send(data)
+				published++
+			}
+			pollUntil(t, func() (bool, string) {
+				for range 8 {
+					publish()
+				}
+				keepUp(t, &received, &published, readErr)
+				n := metric(t, s.http, "rally_slow_subscribers_cut_total")
+				return n >= 1, fmt.Sprintf("after %d messages, rally_slow_subscribers_cut_total is %v, want 1", published, n)
+			})
+			code, err := endOf(slow.c)
+			switch {
+			case err != nil:
+				t.Fatalf("the never-reading client's read ended with %v, not a close", err)
+			case code != rally.ClosePolicyViolation && code != rally.CloseAbnormal:
+				t.Fatalf("the never-reading client got close %d, want 1008 or 1006", code)
+			}
+			before := received.Load()
+			for range 16 {
+				publish()
+			}
+			keepUp(t, &received, &published, readErr)
+			if received.Load() < before+16 {
+				t.Fatalf("the reading client got %d messages after the cut, want 16", received.Load()-before)
+			}
+			if n := metric(t, s.http, "rally_slow_subscribers_cut_total"); n != 1 {
+				t.Fatalf("rally_slow_subscribers_cut_total is %v, want 1: the reading client was cut too", n)
+			}
+		})
+	}
+}
