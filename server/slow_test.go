@@ -64,39 +64,13 @@ func testSlowSubscriberCut(t *testing.T, h2 bool) {
 		t.Fatalf("subscriber over HTTP/2: %v, want %v", slow.c.HTTP2(), h2)
 	}
 
-	var received atomic.Int64
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			_, p, err := fast.c.Read(context.Background())
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if strings.Contains(string(p), `"type":"message"`) {
-				received.Add(1)
-			}
-		}
-	}()
-
 	// Publish until the subscriber that does not read is cut: what it
 	// does not take fills the kernel's buffers, then its queue.
 	data := incompressible(4000)
-	published := 0
-	publish := func() {
-		t.Helper()
+	r := startSlowCut(t, s, fast.c, `"type":"message"`, func() {
 		pub.send(fmt.Sprintf(`{"type":"publish","topic":"flood","data":%q}`, data))
-		published++
-	}
-	pollUntil(t, func() (bool, string) {
-		for range 8 { // 32 KB: under the reader's limit, were it not to read for a while
-			publish()
-		}
-		keepUp(t, &received, &published, readErr)
-		n := metric(t, s.http, "rally_slow_subscribers_cut_total")
-		return n >= 1, fmt.Sprintf("after %d publishes, rally_slow_subscribers_cut_total is %v, want 1 (closes 1006: %v, shed: %v)", published, n,
-			metric(t, s.http, `rally_close_codes_total{code="1006"}`), metric(t, s.http, "rally_memory_shed_connections_total"))
 	})
+	r.untilCut()
 
 	// Its connection ends (what was delivered before the cut may be read
 	// first).
@@ -110,21 +84,7 @@ func testSlowSubscriberCut(t *testing.T, h2 bool) {
 	case code != rally.ClosePolicyViolation && code != rally.CloseAbnormal:
 		t.Fatalf("the never-reading subscriber got close %d, want 1008 or 1006", code)
 	}
-
-	// The reader is still served: it gets what is published from now on.
-	before := received.Load()
-	pollUntil(t, func() (bool, string) {
-		publish()
-		select {
-		case err := <-readErr:
-			t.Fatalf("the reading subscriber's connection ended: %v", err)
-		default:
-		}
-		return received.Load() > before+10, fmt.Sprintf("the reading subscriber got %d messages after the cut", received.Load()-before)
-	})
-	if n := metric(t, s.http, "rally_slow_subscribers_cut_total"); n != 1 {
-		t.Fatalf("rally_slow_subscribers_cut_total is %v, want 1: the reading subscriber was cut too", n)
-	}
+	r.readerStillServed()
 }
 
 // endOf reads c until it ends and returns the close code it ended with,
@@ -186,37 +146,13 @@ func TestANeverReadingPusherSubscriberIsCutAndAReadingOneKeepsReceiving(t *testi
 		c.subscribe(testApp, "news", "")
 		c.expectEvent("pusher_internal:subscription_succeeded", "news")
 	}
-	var received atomic.Int64
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			_, p, err := fast.c.Read(context.Background())
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if strings.Contains(string(p), `"event":"update"`) {
-				received.Add(1)
-			}
-		}
-	}()
 	body := fmt.Sprintf(`{"name":"update","channel":"news","data":%q}`, incompressible(4000))
-	published := 0
-	publish := func() {
-		t.Helper()
+	r := startSlowCut(t, s, fast.c, `"event":"update"`, func() {
 		if code, resp := apiRequest(t, s, testApp, "POST", "/apps/3/events", nil, body); code != 200 {
 			t.Fatalf("trigger: %d %s", code, resp)
 		}
-		published++
-	}
-	pollUntil(t, func() (bool, string) {
-		for range 8 { // 32 KB: under the reader's limit, were it not to read for a while
-			publish()
-		}
-		keepUp(t, &received, &published, readErr)
-		n := metric(t, s.http, "rally_slow_subscribers_cut_total")
-		return n >= 1, fmt.Sprintf("after %d events, rally_slow_subscribers_cut_total is %v, want 1", published, n)
 	})
+	r.untilCut()
 	code, err := endOf(slow.c)
 	switch {
 	case err != nil:
@@ -224,19 +160,7 @@ func TestANeverReadingPusherSubscriberIsCutAndAReadingOneKeepsReceiving(t *testi
 	case code != pusherOverCapacity && code != rally.CloseAbnormal:
 		t.Fatalf("the never-reading subscriber got close %d, want 4100 or 1006", code)
 	}
-	before := received.Load()
-	pollUntil(t, func() (bool, string) {
-		publish()
-		select {
-		case err := <-readErr:
-			t.Fatalf("the reading subscriber's connection ended: %v", err)
-		default:
-		}
-		return received.Load() > before+10, fmt.Sprintf("the reading subscriber got %d events after the cut", received.Load()-before)
-	})
-	if n := metric(t, s.http, "rally_slow_subscribers_cut_total"); n != 1 {
-		t.Fatalf("rally_slow_subscribers_cut_total is %v, want 1: the reading subscriber was cut too", n)
-	}
+	r.readerStillServed()
 }
 
 // incompressible returns n letters drawn at random (from a fixed seed):
@@ -254,19 +178,87 @@ func incompressible(n int) string {
 	return string(b)
 }
 
-// keepUp waits until the reading subscriber has received every message
-// published so far, so that the publisher never outruns it: a reader
-// slower than the flood (the race detector, a busy machine) would reach
-// its own limit and be cut as well, which is the rule, not what is tested.
-func keepUp(t *testing.T, received *atomic.Int64, published *int, readErr chan error) {
-	t.Helper()
-	pollUntil(t, func() (bool, string) {
+// slowCutRun is one run of a slow-subscriber test: a reading client
+// whose messages are counted, and a publish that reaches it.
+type slowCutRun struct {
+	t         *testing.T
+	s         *testServer
+	publish   func()
+	received  atomic.Int64
+	published int
+	readErr   chan error
+}
+
+// startSlowCut counts the messages reader gets that contain match (all of
+// them when match is empty), from a goroutine of its own.
+func startSlowCut(t *testing.T, s *testServer, reader *rally.Conn, match string, publish func()) *slowCutRun {
+	r := &slowCutRun{t: t, s: s, publish: publish, readErr: make(chan error, 1)}
+	go func() {
+		for {
+			_, p, err := reader.Read(context.Background())
+			if err != nil {
+				r.readErr <- err
+				return
+			}
+			if strings.Contains(string(p), match) {
+				r.received.Add(1)
+			}
+		}
+	}()
+	return r
+}
+
+// send publishes n messages.
+func (r *slowCutRun) send(n int) {
+	r.t.Helper()
+	for range n {
+		r.publish()
+		r.published++
+	}
+}
+
+// untilCut publishes, eight messages at a time (32 KB: under the reader's
+// limit, were it not to read for a while), until the slow-subscriber rule
+// has cut one client.
+func (r *slowCutRun) untilCut() {
+	r.t.Helper()
+	pollUntil(r.t, func() (bool, string) {
+		r.send(8)
+		r.keepUp()
+		n := metric(r.t, r.s.http, "rally_slow_subscribers_cut_total")
+		return n >= 1, fmt.Sprintf("after %d messages, rally_slow_subscribers_cut_total is %v, want 1 (closes 1006: %v, shed: %v)", r.published, n,
+			metric(r.t, r.s.http, `rally_close_codes_total{code="1006"}`), metric(r.t, r.s.http, "rally_memory_shed_connections_total"))
+	})
+}
+
+// readerStillServed checks that the reader gets what is published after
+// the cut, and that it was not cut itself.
+func (r *slowCutRun) readerStillServed() {
+	r.t.Helper()
+	before := r.received.Load()
+	r.send(16)
+	r.keepUp()
+	if got := r.received.Load() - before; got < 16 {
+		r.t.Fatalf("the reading client got %d messages after the cut, want 16", got)
+	}
+	if n := metric(r.t, r.s.http, "rally_slow_subscribers_cut_total"); n != 1 {
+		r.t.Fatalf("rally_slow_subscribers_cut_total is %v, want 1: the reading client was cut too", n)
+	}
+}
+
+// keepUp waits until the reader has received every message published so
+// far, so that the publisher never outruns it: a reader slower than the
+// flood (the race detector, a busy machine) would reach its own limit and
+// be cut as well, which is the rule, not what is tested.
+func (r *slowCutRun) keepUp() {
+	r.t.Helper()
+	pollUntil(r.t, func() (bool, string) {
 		select {
-		case err := <-readErr:
-			t.Fatalf("the reading subscriber's connection ended: %v", err)
+		case err := <-r.readErr:
+			r.t.Fatalf("the reading client's connection ended: %v", err)
 		default:
 		}
-		return received.Load() >= int64(*published), fmt.Sprintf("the reading subscriber got %d of %d messages", received.Load(), *published)
+		return r.received.Load() >= int64(r.published), fmt.Sprintf("the reading client got %d of %d messages", r.received.Load(), r.published)
 	})
 }
 
@@ -300,32 +292,9 @@ func TestANeverReadingChatClientIsCutAndAReadingOneKeepsReceiving(t *testing.T) 
 			})
 			slow := dial(t, s.ws+"/chat", smallReadBuffer())
 			fast := dial(t, s.ws+"/chat", nil)
-			var received atomic.Int64
-			readErr := make(chan error, 1)
-			go func() {
-				for {
-					if _, _, err := fast.c.Read(context.Background()); err != nil {
-						readErr <- err
-						return
-					}
-					received.Add(1)
-				}
-			}()
 			data := incompressible(4000)
-			published := 0
-			publish := func() {
-				t.Helper()
-				fast.send(data)
-				published++
-			}
-			pollUntil(t, func() (bool, string) {
-				for range 8 {
-					publish()
-				}
-				keepUp(t, &received, &published, readErr)
-				n := metric(t, s.http, "rally_slow_subscribers_cut_total")
-				return n >= 1, fmt.Sprintf("after %d messages, rally_slow_subscribers_cut_total is %v, want 1", published, n)
-			})
+			r := startSlowCut(t, s, fast.c, "", func() { fast.send(data) })
+			r.untilCut()
 			code, err := endOf(slow.c)
 			switch {
 			case err != nil:
@@ -333,17 +302,7 @@ func TestANeverReadingChatClientIsCutAndAReadingOneKeepsReceiving(t *testing.T) 
 			case code != rally.ClosePolicyViolation && code != rally.CloseAbnormal:
 				t.Fatalf("the never-reading client got close %d, want 1008 or 1006", code)
 			}
-			before := received.Load()
-			for range 16 {
-				publish()
-			}
-			keepUp(t, &received, &published, readErr)
-			if received.Load() < before+16 {
-				t.Fatalf("the reading client got %d messages after the cut, want 16", received.Load()-before)
-			}
-			if n := metric(t, s.http, "rally_slow_subscribers_cut_total"); n != 1 {
-				t.Fatalf("rally_slow_subscribers_cut_total is %v, want 1: the reading client was cut too", n)
-			}
+			r.readerStillServed()
 		})
 	}
 }
