@@ -3,9 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/md5"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/cli"
+	"github.com/rallyws/rally/internal/pusherwire"
 )
 
 const pusherUsage = `Usage: rally bench pusher URL --app ID:KEY:SECRET [flags]
@@ -611,23 +610,12 @@ func (f *fanout) handshake(ctx context.Context, c *rally.Conn, ch string) error 
 // the app's auth endpoint signs it with the secret:
 // KEY:hex(HMAC-SHA256(SECRET, SOCKET_ID:CHANNEL)).
 func (f *fanout) channelAuth(socketID, ch string) string {
-	mac := hmac.New(sha256.New, []byte(f.cfg.Secret))
-	mac.Write([]byte(socketID + ":" + ch))
-	return f.cfg.Key + ":" + hex.EncodeToString(mac.Sum(nil))
+	return f.cfg.Key + ":" + pusherwire.Sign(f.cfg.Secret, socketID+":"+ch)
 }
 
 // dataObject reads the data of a pusher: event into v: the protocol's
 // data is a string of JSON, but some servers send the object itself.
-func dataObject(raw json.RawMessage, v any) error {
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return err
-		}
-		raw = []byte(s)
-	}
-	return json.Unmarshal(raw, v)
-}
+var dataObject = pusherwire.DataObject
 
 // read counts the events c gets and their latency until ctx ends.
 func (f *fanout) read(ctx context.Context, c *rally.Conn, hs *struct {
@@ -748,9 +736,7 @@ func (f *fanout) signedURL(body []byte) string {
 		"&auth_timestamp=" + strconv.FormatInt(time.Now().Unix(), 10) +
 		"&auth_version=1.0" +
 		"&body_md5=" + hex.EncodeToString(sum[:])
-	mac := hmac.New(sha256.New, []byte(f.cfg.Secret))
-	mac.Write([]byte("POST\n" + u.EscapedPath() + "\n" + q))
-	return f.httpURL + "?" + q + "&auth_signature=" + hex.EncodeToString(mac.Sum(nil))
+	return f.httpURL + "?" + q + "&auth_signature=" + pusherwire.Sign(f.cfg.Secret, "POST\n"+u.EscapedPath()+"\n"+q)
 }
 
 // WriteSummary prints the result for a person.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/pusherwire"
 	"github.com/rallyws/rally/internal/smallmap"
 	"github.com/rallyws/rally/pubsub"
 )
@@ -184,16 +185,7 @@ func pusherSubscriptionError(c *rally.Conn, channel, typ, message string, status
 
 // dataObject returns the data of a pusher: event as an object: clients
 // send an object, some a string holding one.
-func dataObject(raw json.RawMessage, v any) error {
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return err
-		}
-		raw = []byte(s)
-	}
-	return json.Unmarshal(raw, v)
-}
+var dataObject = pusherwire.DataObject
 
 func (s *Server) pusherMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 	pc := c.Data().(*pusherConn)

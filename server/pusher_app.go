@@ -2,14 +2,13 @@ package server
 
 import (
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/pusherwire"
 )
 
 // PusherApp is one application served over the Pusher Channels protocol
@@ -109,11 +108,7 @@ const (
 )
 
 // sign returns hex(HMAC-SHA256(secret, msg)), Pusher's signature.
-func (a *PusherApp) sign(msg string) string {
-	m := hmac.New(sha256.New, []byte(a.Secret))
-	m.Write([]byte(msg))
-	return hex.EncodeToString(m.Sum(nil))
-}
+func (a *PusherApp) sign(msg string) string { return pusherwire.Sign(a.Secret, msg) }
 
 // checkAuth reports whether auth is "KEY:" followed by the signature of
 // msg, compared in constant time.
