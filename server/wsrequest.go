@@ -1,6 +1,10 @@
 package server
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/rallyws/rally/internal/jsonscan"
+)
 
 // decodeRequest decodes one /ws message into req. encoding/json's rules
 // are the protocol's (keys matched without regard to case, escapes, unknown
@@ -26,13 +30,13 @@ func decodeRequest(p []byte, req *request) error {
 // anything else, valid or not.
 func quickRequest(p []byte, req *request) bool {
 	*req = request{}
-	i := skipSpace(p, 0)
+	i := jsonscan.SkipSpace(p, 0)
 	if i == len(p) || p[i] != '{' {
 		return false
 	}
-	i = skipSpace(p, i+1)
+	i = jsonscan.SkipSpace(p, i+1)
 	if i < len(p) && p[i] == '}' {
-		return skipSpace(p, i+1) == len(p)
+		return jsonscan.SkipSpace(p, i+1) == len(p)
 	}
 	var seen uint8
 	for {
@@ -41,11 +45,11 @@ func quickRequest(p []byte, req *request) bool {
 			return false
 		}
 		key := p[i+1 : end-1]
-		i = skipSpace(p, end)
+		i = jsonscan.SkipSpace(p, end)
 		if i == len(p) || p[i] != ':' {
 			return false
 		}
-		i = skipSpace(p, i+1)
+		i = jsonscan.SkipSpace(p, i+1)
 		var bit uint8
 		switch string(key) {
 		case "type":
@@ -76,7 +80,7 @@ func quickRequest(p []byte, req *request) bool {
 			if key[0] == 'i' {
 				bit = 8
 			}
-			if end = valueEnd(p, i); end < 0 || !json.Valid(p[i:end]) {
+			if end = jsonscan.ValueEnd(p, i); end < 0 || !json.Valid(p[i:end]) {
 				return false
 			}
 			if bit == 4 {
@@ -101,28 +105,19 @@ func quickRequest(p []byte, req *request) bool {
 			return false
 		}
 		seen |= bit
-		i = skipSpace(p, end)
+		i = jsonscan.SkipSpace(p, end)
 		if i == len(p) {
 			return false
 		}
 		switch p[i] {
 		case ',':
-			i = skipSpace(p, i+1)
+			i = jsonscan.SkipSpace(p, i+1)
 		case '}':
-			return skipSpace(p, i+1) == len(p)
+			return jsonscan.SkipSpace(p, i+1) == len(p)
 		default:
 			return false
 		}
 	}
-}
-
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON whitespace (RFC 8259 2).
-func skipSpace(p []byte, i int) int {
-	for i < len(p) && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // plainStringEnd returns the index just past the JSON string at p[i], or
@@ -141,50 +136,6 @@ func plainStringEnd(p []byte, i int) int {
 		}
 	}
 	return -1
-}
-
-// valueEnd returns the index just past the JSON value that starts at p[i]
-// (a string, an object or array up to its matching bracket, or a number
-// or literal up to the next delimiter), or -1; whether it is valid JSON
-// is json.Valid's to say.
-func valueEnd(p []byte, i int) int {
-	if i >= len(p) {
-		return -1
-	}
-	depth := 0
-	for j := i; j < len(p); j++ {
-		switch p[j] {
-		case '"':
-			for j++; j < len(p) && p[j] != '"'; j++ {
-				if p[j] == '\\' {
-					j++
-				}
-			}
-			if j >= len(p) {
-				return -1
-			}
-			if depth == 0 {
-				return j + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return j // a scalar's end, or nothing
-			}
-			if depth--; depth == 0 {
-				return j + 1
-			}
-		case ',', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return j
-			}
-		}
-	}
-	if depth > 0 {
-		return -1
-	}
-	return len(p)
 }
 
 // hasWord reports whether p starts with the literal w.
