@@ -47,8 +47,8 @@ import (
 //     refuse.
 //  6. While a message is streamed (streaming), whole frames sent meanwhile
 //     wait in the held lane, in order, and join the tail when the stream
-//     ends. They count in size (BufferedAmount, drain) and cost (the limit) like the
-//     rest. A close frame accepted while a message is streamed does not
+//     ends. They count in size (BufferedAmount, drain) and cost (the
+//     limit) like the rest. A close frame accepted while a message is streamed does not
 //     wait for it: the held frames fail (failHeld) and the close frame goes
 //     after the fragments already queued. The held lane owns all its bytes.
 //  7. A record marked keep (a fragment of a streamed message, a frame
@@ -68,8 +68,8 @@ import (
 //     reference is dropped, unless bytes are being written then (they may
 //     be its own; the garbage collector takes it). Only payloads of refMin bytes or more are
 //     referred to: a smaller one is cheaper to copy than to gather. A
-//     referred frame counts in size (BufferedAmount, drain) and cost (the limit) like
-//     an owned one. In the memory budget's charge a chunk counts in
+//     referred frame counts in size (BufferedAmount, drain) and cost (the
+//     limit) like an owned one. In the memory budget's charge a chunk counts in
 //     footprint, the queue's own; a shared frame is charged once, however
 //     many queues refer to it, through its reference count (see
 //     frameShare): the queue of a connection with a budget takes a

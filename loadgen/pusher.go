@@ -585,7 +585,7 @@ func (f *fanout) handshake(ctx context.Context, c *rally.Conn, ch string) error 
 	var established struct {
 		SocketID string `json:"socket_id"`
 	}
-	if json.Unmarshal(b, &e) != nil || e.Event != "pusher:connection_established" || dataObject(e.Data, &established) != nil {
+	if json.Unmarshal(b, &e) != nil || e.Event != "pusher:connection_established" || pusherwire.DataObject(e.Data, &established) != nil {
 		return fmt.Errorf("connection answered with %.80s", b)
 	}
 	sub := map[string]string{"channel": ch}
@@ -612,10 +612,6 @@ func (f *fanout) handshake(ctx context.Context, c *rally.Conn, ch string) error 
 func (f *fanout) channelAuth(socketID, ch string) string {
 	return f.cfg.Key + ":" + pusherwire.Sign(f.cfg.Secret, socketID+":"+ch)
 }
-
-// dataObject reads the data of a pusher: event into v: the protocol's
-// data is a string of JSON, but some servers send the object itself.
-var dataObject = pusherwire.DataObject
 
 // read counts the events c gets and their latency until ctx ends.
 func (f *fanout) read(ctx context.Context, c *rally.Conn, hs *struct {

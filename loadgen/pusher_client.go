@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/pusherwire"
 )
 
 // The events of rally bench pusher --client-events: sent over WebSocket
@@ -233,7 +234,7 @@ func (f *fanout) readPublisher(ctx context.Context, p *publisher) {
 				Code    int    `json:"code"`
 				Message string `json:"message"`
 			}
-			dataObject(e.Data, &d)
+			pusherwire.DataObject(e.Data, &d)
 			err := fmt.Errorf("client event refused: pusher:error %d: %s", d.Code, d.Message)
 			if d.Code == 4301 {
 				err = fmt.Errorf("%w (is the app's client-event-rate lower than --app says?)", err)

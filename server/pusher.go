@@ -183,10 +183,6 @@ func pusherSubscriptionError(c *rally.Conn, channel, typ, message string, status
 	pusherSend(c, "pusher:subscription_error", channel, data)
 }
 
-// dataObject returns the data of a pusher: event as an object: clients
-// send an object, some a string holding one.
-var dataObject = pusherwire.DataObject
-
 func (s *Server) pusherMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 	pc := c.Data().(*pusherConn)
 	if pc.refuse != 0 {
@@ -216,7 +212,7 @@ func (s *Server) pusherMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 		s.pusherSubscribe(c, pc, m.Data)
 	case m.Event == "pusher:unsubscribe":
 		var d struct{ Channel string }
-		if dataObject(m.Data, &d) == nil && d.Channel != "" {
+		if pusherwire.DataObject(m.Data, &d) == nil && d.Channel != "" {
 			if _, ok := pc.subs.Get(d.Channel); ok {
 				s.pusherLeave(c, pc, d.Channel)
 			}
@@ -268,7 +264,7 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		Auth        string `json:"auth"`
 		ChannelData string `json:"channel_data"`
 	}
-	if err := dataObject(raw, &d); err != nil || !validChannel(d.Channel) {
+	if err := pusherwire.DataObject(raw, &d); err != nil || !validChannel(d.Channel) {
 		pusherSubscriptionError(c, d.Channel, "InvalidChannel", "invalid channel name", 400)
 		return
 	}
@@ -553,7 +549,7 @@ func (s *Server) pusherSignin(c *rally.Conn, pc *pusherConn, raw json.RawMessage
 		UserData string `json:"user_data"`
 	}
 	a := pc.app
-	if err := dataObject(raw, &d); err != nil || !a.checkAuth(d.Auth, pc.socketID+"::user::"+d.UserData) {
+	if err := pusherwire.DataObject(raw, &d); err != nil || !a.checkAuth(d.Auth, pc.socketID+"::user::"+d.UserData) {
 		pusherError(c, pusherUnauthorized, "Invalid signature: sign-in refused")
 		return
 	}
@@ -665,10 +661,7 @@ func (s *Server) pusherRoutes() {
 	if s.pusherWS == nil {
 		return
 	}
-	s.mux.Handle("GET /app/{key}", s.limitFull(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		capSendBuffer(r, s.cfg.SubscriberSendBuffer)
-		s.pusherWS.ServeHTTP(w, r)
-	}), true))
+	s.mux.Handle("GET /app/{key}", s.limitFull(s.subscribers(s.pusherWS), true))
 	s.mux.Handle("CONNECT /app/{key}", s.limitFull(s.pusherWS, true)) // over HTTP/2 (RFC 8441)
 	s.mux.HandleFunc("POST /apps/{app_id}/events", s.pusherAPI(s.pusherEvents))
 	s.mux.HandleFunc("POST /apps/{app_id}/batch_events", s.pusherAPI(s.pusherBatch))

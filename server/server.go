@@ -57,13 +57,14 @@ type Config struct {
 	// SlowSubscriberTimeout cuts a /ws, /chat or Pusher connection whose
 	// send queue stays at its BufferLimit this long, whether its peer
 	// takes no byte or too few to make room (1008, Pusher 4100, when it
-	// still takes bytes, else 1006; see slow.go): a subscriber that does not keep up is let go instead of
-	// costing every publish on its topics. Default 1 s; negative turns
+	// still takes bytes, else 1006; see slow.go): a subscriber that does
+	// not keep up is let go instead of costing every publish on its
+	// topics. Default 1 s; negative turns
 	// it off (messages past the limit are then only dropped).
 	SlowSubscriberTimeout time.Duration
 	// SubscriberSendBuffer is the kernel's send buffer (SO_SNDBUF) of a
-	// /ws, /chat or Pusher connection over HTTP/1.1: what a subscriber that does not read
-	// makes the kernel hold and every publisher copy, beyond its queue
+	// /ws, /chat or Pusher connection over HTTP/1.1: what a subscriber
+	// that does not read makes the kernel hold and every publisher copy, beyond its queue
 	// (whose shared frames are held once for all). Default 64 KiB (the
 	// kernel doubles it); negative leaves the kernel's own, which grows
 	// to megabytes.
@@ -391,14 +392,8 @@ func New(cfg Config) (*Server, error) {
 
 	s.mux = http.NewServeMux()
 	s.mux.Handle("GET /echo", s.limit(s.echo))
-	s.mux.Handle("GET /ws", s.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		capSendBuffer(r, s.cfg.SubscriberSendBuffer)
-		s.ws.ServeHTTP(w, r)
-	})))
-	s.mux.Handle("GET /chat", s.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		capSendBuffer(r, s.cfg.SubscriberSendBuffer)
-		s.chat.ServeHTTP(w, r)
-	})))
+	s.mux.Handle("GET /ws", s.limit(s.subscribers(s.ws)))
+	s.mux.Handle("GET /chat", s.limit(s.subscribers(s.chat)))
 	// WebSockets over HTTP/2 arrive as CONNECT (RFC 8441).
 	s.mux.Handle("CONNECT /echo", s.limit(s.echo))
 	s.mux.Handle("CONNECT /ws", s.limit(s.ws))

@@ -170,6 +170,16 @@ func slowFullBytes(limit int) int {
 	return int(float64(limit) * slowFull)
 }
 
+// subscribers serves the handshakes of an endpoint whose clients receive
+// what others publish (/ws, /chat, /app/KEY): their TCP connection's
+// kernel send buffer is Config.SubscriberSendBuffer.
+func (s *Server) subscribers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		capSendBuffer(r, s.cfg.SubscriberSendBuffer)
+		h.ServeHTTP(w, r)
+	})
+}
+
 // capSendBuffer sets the kernel send buffer of the TCP connection under
 // a /ws handshake over HTTP/1.1 to n bytes (SO_SNDBUF).
 func capSendBuffer(r *http.Request, n int) {
