@@ -88,9 +88,13 @@ type ConnOptions struct {
 	// non-blocking Send applies BufferLimitAction: each waiting frame's
 	// payload and framing, and its bookkeeping (about 100 bytes a frame,
 	// see Conn.BufferedCost), so that the limit bounds the memory the
-	// queue holds however small its frames are. 0 means
-	// DefaultBufferLimit; negative means no limit. Blocking Write is not
-	// limited: it waits instead.
+	// queue holds however small its frames are. Over a socket a frame
+	// waits only for what the kernel refused; over an HTTP/2 stream, which
+	// cannot be offered bytes without possibly blocking, every frame waits
+	// until the stream's writer has taken it, so a burst of sends larger
+	// than the limit made at once can drop its last frames even to a peer
+	// that reads. 0 means DefaultBufferLimit; negative means no limit.
+	// Blocking Write is not limited: it waits instead.
 	BufferLimit int
 
 	// BufferLimitAction says what a Send past BufferLimit does.

@@ -231,8 +231,8 @@ func (r *slowCutRun) untilCut() {
 	})
 }
 
-// readerStillServed checks that the reader gets what is published after
-// the cut, and that it was not cut itself.
+// readerStillServed checks that the reader gets every message published
+// after the cut, and that it was not cut itself.
 func (r *slowCutRun) readerStillServed() {
 	r.t.Helper()
 	before := r.received.Load()
@@ -240,8 +240,9 @@ func (r *slowCutRun) readerStillServed() {
 		r.send(4)
 		r.keepUp()
 	}
-	if got := r.received.Load() - before; got < 12 {
-		r.t.Fatalf("the reading client got %d of 16 messages after the cut, want 12 or more", got)
+	r.waitFor(r.published)
+	if got := r.received.Load() - before; got != 16 {
+		r.t.Fatalf("the reading client got %d of 16 messages after the cut, want 16", got)
 	}
 	if n := metric(r.t, r.s.http, "rally_slow_subscribers_cut_total"); n != 1 {
 		r.t.Fatalf("rally_slow_subscribers_cut_total is %v, want 1: the reading client was cut too", n)
@@ -252,9 +253,18 @@ func (r *slowCutRun) readerStillServed() {
 // far but the last batch (4), so that the publisher never outruns it: a
 // reader slower than the flood (the race detector, a busy machine) would
 // reach its own limit and be cut as well, which is the rule, not what is
-// tested. It paces; it does not ask for every message: over HTTP/2 the
-// reader was seen to miss one message around the cut (not explained yet).
+// tested. At most two batches (about 33 KB) wait for the reader, under
+// its limit: over HTTP/2, where a frame counts against the limit until
+// the stream's writer has taken it, a burst of 16 of these messages at
+// once (66 KB with their records, past the test's 64 KiB) dropped the
+// last one even though the reader was reading (see Options.BufferLimit).
 func (r *slowCutRun) keepUp() {
+	r.t.Helper()
+	r.waitFor(r.published - 4)
+}
+
+// waitFor waits until the reader has received n messages.
+func (r *slowCutRun) waitFor(n int) {
 	r.t.Helper()
 	pollUntil(r.t, func() (bool, string) {
 		select {
@@ -262,7 +272,7 @@ func (r *slowCutRun) keepUp() {
 			r.t.Fatalf("the reading client's connection ended: %v", err)
 		default:
 		}
-		return r.received.Load() >= int64(r.published-4), fmt.Sprintf("the reading client got %d of %d messages (drops: buffer_limit %v, reply %v; cut %v)", r.received.Load(), r.published,
+		return r.received.Load() >= int64(n), fmt.Sprintf("the reading client got %d of %d messages (drops: buffer_limit %v, reply %v; cut %v)", r.received.Load(), n,
 			metric(r.t, r.s.http, `rally_drops_total{reason="buffer_limit"}`), metric(r.t, r.s.http, `rally_drops_total{reason="reply"}`), metric(r.t, r.s.http, "rally_slow_subscribers_cut_total"))
 	})
 }
