@@ -417,46 +417,67 @@ func TestSendPastTheBufferLimitIsDroppedAndTheRestArrivesInOrder(t *testing.T) {
 }
 
 // A queue of tiny frames is bounded by the memory it holds, not by its
-// frames' bytes alone: each frame waiting has a record of about 100 bytes
-// (BufferedCost), and the limit counts it. Before, 64 KiB of 18-byte
-// frames queued 3,600 records (390 KB) under a 64 KiB limit; a compressed
-// repeat is a frame of a few bytes, so that over HTTP/2, where every
-// receiver's copy of a small frame is its own, 2,000 subscribers that did
-// not read held 2.3 GiB under their 1 MiB limits and none reached the
-// slow-subscriber threshold in 20 s.
+// frames' bytes alone: each waiting record has about 100 bytes of
+// bookkeeping (BufferedCost), and the limit counts it. Frames sent with a
+// completion (SendDone) keep a record each: 64 KiB of 18-byte frames were
+// 3,600 records (390 KB) under a 64 KiB limit before records were
+// counted. Frames sent without one (Send, SendPrepared: what a publish
+// is) join the record before them while they wait, so the queue of a
+// peer that stopped reading costs their bytes: over HTTP/2, where every
+// receiver's copy of a small compressed frame is its own, 2,000
+// subscribers that did not read once held 2.3 GiB of records under
+// their 1 MiB limits, and then paid 88 bytes a publish each until cut.
 func TestTheBufferLimitCountsEachWaitingFramesBookkeeping(t *testing.T) {
 	const size = 16
 	const limit = 64 << 10
-	s := &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: limit}}}
-	c, p, _ := servedStalled(t, s)
+	for _, tc := range []struct {
+		name string
+		done bool
+	}{{"Send", false}, {"SendDone", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{BufferLimit: limit}}}
+			c, p, _ := servedStalled(t, s)
 
-	var accepted []int
-	dropped := 0
-	for seq := 0; seq < 200_000 && dropped < 1000; seq++ {
-		st, err := c.Send(numbered(seq, size))
-		if err != nil {
-			t.Fatalf("Send %d: %v", seq, err)
-		}
-		if st == rally.Dropped {
-			dropped++
-		} else {
-			accepted = append(accepted, seq)
-		}
-		if cost := c.BufferedCost(); cost > limit {
-			t.Fatalf("BufferedCost = %d after Send %d, past the limit of %d", cost, seq, limit)
-		}
-	}
-	if dropped == 0 {
-		t.Fatal("no send was ever dropped")
-	}
-	amount, cost := c.BufferedAmount(), c.BufferedCost()
-	if amount > limit/2 || cost <= 2*amount {
-		t.Fatalf("a full queue of %d-byte frames: BufferedAmount %d, BufferedCost %d; want the bytes under half the limit of %d and the cost more than twice the bytes (a record per frame)",
-			size+2, amount, cost, limit)
-	}
-	t.Logf("full queue: BufferedAmount %d, BufferedCost %d, %d messages accepted", amount, cost, len(accepted))
-	for _, seq := range accepted {
-		expectNumbered(t, p, seq, size, false)
+			var accepted []int
+			dropped := 0
+			for seq := 0; seq < 200_000 && dropped < 1000; seq++ {
+				var st rally.SendStatus
+				var err error
+				typ, msg := numbered(seq, size)
+				if tc.done {
+					st, err = c.SendDone(typ, msg, func(error) {})
+				} else {
+					st, err = c.Send(typ, msg)
+				}
+				if err != nil {
+					t.Fatalf("Send %d: %v", seq, err)
+				}
+				if st == rally.Dropped {
+					dropped++
+				} else {
+					accepted = append(accepted, seq)
+				}
+				if cost := c.BufferedCost(); cost > limit {
+					t.Fatalf("BufferedCost = %d after Send %d, past the limit of %d", cost, seq, limit)
+				}
+			}
+			if dropped == 0 {
+				t.Fatal("no send was ever dropped")
+			}
+			amount, cost := c.BufferedAmount(), c.BufferedCost()
+			switch {
+			case tc.done && (amount > limit/2 || cost <= 2*amount):
+				t.Fatalf("a full queue of %d-byte frames sent with completions: BufferedAmount %d, BufferedCost %d; want the bytes under half the limit of %d and the cost more than twice the bytes (a record per frame)",
+					size+2, amount, cost, limit)
+			case !tc.done && (amount < limit*3/4 || cost > amount+amount/8):
+				t.Fatalf("a full queue of %d-byte frames sent without completions: BufferedAmount %d, BufferedCost %d; want the bytes over three quarters of the limit of %d and the cost within an eighth of them (the frames share records)",
+					size+2, amount, cost, limit)
+			}
+			t.Logf("full queue: BufferedAmount %d, BufferedCost %d, %d messages accepted", amount, cost, len(accepted))
+			for _, seq := range accepted {
+				expectNumbered(t, p, seq, size, false)
+			}
+		})
 	}
 }
 

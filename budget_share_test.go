@@ -174,7 +174,7 @@ func TestSharedFramesAreChargedOnceByReference(t *testing.T) {
 					taken := rapid.IntRange(0, len(f)-refMin).Draw(t, "taken")
 					*seq = c.q.pushTakenShare(taken, nil, f[taken:], true, shareOf(f), false, false, m.done(c, k, seq))
 				} else {
-					*seq = c.q.push(nil, f, false, [4]byte{}, false, true, shareOf(f), m.done(c, k, seq))
+					*seq = c.q.push(nil, f, false, [4]byte{}, false, true, shareOf(f), m.done(c, k, seq), false)
 				}
 				c.seqs = append(c.seqs, *seq)
 				m.took(c, k)
@@ -183,7 +183,7 @@ func TestSharedFramesAreChargedOnceByReference(t *testing.T) {
 				_, c := pick(t)
 				p := make([]byte, rapid.IntRange(1, 3*chunkMin).Draw(t, "size"))
 				seq := new(uint64)
-				*seq = c.q.push([]byte{0x82, 0}, p, false, [4]byte{}, false, false, nil, m.done(c, -1, seq))
+				*seq = c.q.push([]byte{0x82, 0}, p, false, [4]byte{}, false, false, nil, m.done(c, -1, seq), false)
 				c.seqs = append(c.seqs, *seq)
 			},
 			"writePartially": func(t *rapid.T) {

@@ -63,7 +63,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	// The completion joins the record only once the write attempt did not
 	// fail: a failure here is reported by the caller, once.
-	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, f.share, nil)
+	seq := q.push(f.hdr, f.payload, f.masked, f.key, f.keep, f.shared, f.share, nil, f.join)
 	if direct && !c.wr.flushing {
 		c.kickLocked(inline)
 		if c.wr.err != nil {

@@ -86,7 +86,7 @@ type ConnOptions struct {
 
 	// BufferLimit is how many bytes may wait in the send queue before a
 	// non-blocking Send applies BufferLimitAction: each waiting frame's
-	// payload and framing, and its bookkeeping (about 100 bytes a frame,
+	// payload and framing, and its bookkeeping (about 100 bytes a record,
 	// see Conn.BufferedCost), so that the limit bounds the memory the
 	// queue holds however small its frames are. Over a socket a frame
 	// waits only for what the kernel refused; over an HTTP/2 stream, which

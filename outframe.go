@@ -19,6 +19,7 @@ type outFrame struct {
 	shared       bool        // payload is a PreparedMessage's frame: the queue may refer to it (sendQueue invariant 9)
 	share        *frameShare // the shared frame's reference count, when shared
 	done         func(error)
+	join         bool    // a non-blocking send without a completion: may join the record before it (sendQueue invariant 10)
 	zbuf         *[]byte // the compressed payload's buffer, given back after queuing
 }
 

@@ -75,6 +75,18 @@ import (
 //     frameShare): the queue of a connection with a budget takes a
 //     reference when it refers to the frame and lets go of it when it
 //     drops the reference, and the frame is outside its footprint.
+//  10. Joined frames. A frame pushed with join (a non-blocking send
+//     without a completion: nobody waits for it, withdraws it or is told
+//     when it left) whose bytes are all owned joins the last record when
+//     that one was pushed the same way and has not begun to leave: the
+//     record grows by the frame's bytes and takes its sequence number.
+//     Such a record completes when its last frame has left, so doneSeq
+//     reaching a joined frame's number still means it left (the converse
+//     holds for the last frame of the record only). A pong still goes to
+//     the first boundary not started, which a joined record's start is.
+//     A queue that waits for its peer then costs a frame's bytes, not a
+//     record (88 bytes) per frame: behind a reader that stopped, a publish
+//     of a few compressed bytes copies those bytes and nothing more.
 type sendQueue struct {
 	buf   *[]byte // owned bytes; borrowed while the queue holds some
 	head  int
@@ -143,6 +155,7 @@ type record struct {
 	seq          uint64      // 0 for a pong
 	pong         bool
 	keep         bool
+	join         bool        // frames pushed with join may join it (invariant 10)
 	done         func(error) // the sender's completion, if it asked for one
 }
 
@@ -226,10 +239,10 @@ func (q *sendQueue) frames() int {
 }
 
 // cost is what the buffer limit counts: every byte accepted and not yet
-// taken, and each waiting frame's record (recordSize). Without the records
-// a queue of small frames (compressed repeats, a few bytes each) held
-// several times its limit: 1 MiB of 30-byte frames is 35,000 records,
-// 3 MiB.
+// taken, and each waiting record (recordSize). Without the records a queue
+// of small frames (compressed repeats, a few bytes each) that could not be
+// joined (invariant 10: each with a completion, or shared) held several
+// times its limit: 1 MiB of 30-byte frames is 35,000 records, 3 MiB.
 func (q *sendQueue) cost() int { return q.size() + q.frames()*recordSize }
 
 // footprint is the memory the queue holds on its own account: its
@@ -308,9 +321,11 @@ func (q *sendQueue) segment() []byte {
 // (payload masked with key when masked) and returns its sequence number.
 // When shared, payload is immutable for as long as the queue holds it (a
 // PreparedMessage's frame, whose header is share when it has one) and the
-// queue may refer to it instead of copying it (invariant 9). The caller
-// checked closed.
-func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, shared bool, share *frameShare, done func(error)) uint64 {
+// queue may refer to it instead of copying it (invariant 9). With join
+// (no completion, never withdrawn, not keep) a frame whose bytes are
+// copied may join the last record (invariant 10). The caller checked
+// closed.
+func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, shared bool, share *frameShare, done func(error), join bool) uint64 {
 	q.seq++
 	r := record{seq: q.seq, keep: keep, done: done}
 	switch {
@@ -329,9 +344,40 @@ func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, sh
 	default:
 		q.reserve(len(hdr) + len(payload))
 		*q.buf = appendFrame(q.buf, hdr, payload, masked, key)
+		if join && !keep && done == nil {
+			if q.joinLast(len(hdr) + len(payload)) {
+				return q.seq
+			}
+			r.join = true
+		}
 	}
 	q.appendRecord(r, len(hdr)+len(payload))
 	return q.seq
+}
+
+// joinLast makes the frame of size bytes just appended to buf part of the
+// last record, if that one may be joined and has not begun to leave
+// (invariant 10), and reports whether it did.
+func (q *sendQueue) joinLast(size int) bool {
+	n := len(q.recs)
+	if n == q.first {
+		return false
+	}
+	l := &q.recs[n-1]
+	if !l.join || len(l.ref) > 0 || l.oend != q.olen()-size {
+		return false
+	}
+	start := q.start
+	if n-1 > q.first {
+		start = q.recs[n-2].end
+	}
+	if !q.unstarted(start) {
+		return false
+	}
+	l.oend += size
+	l.end += size
+	l.seq = q.seq
+	return true
 }
 
 // appendOwned copies a then b at the tail of buf.

@@ -40,6 +40,7 @@ type qframe struct {
 	gone     bool   // withdrawn or replaced: never on the wire
 	shared   []byte // the bytes pushed as shared: the queue must leave them as they were
 	heldOnly bool   // pushed to the held lane and dropped by a failure
+	join     bool   // pushed with join: no completion, never withdrawn (invariant 10)
 }
 
 func newQModel() *qmodel { return &qmodel{frames: map[uint32]*qframe{}} }
@@ -125,8 +126,31 @@ func queueProperty(t *rapid.T) {
 					m.heldIDs = append(m.heldIDs, f.id)
 					return
 				}
-				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, false, nil, m.done(f))
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, f.keep, false, nil, m.done(f), false)
 				m.pushed = append(m.pushed, f.id)
+			},
+			"pushJoin": func(t *rapid.T) {
+				// A non-blocking send without a completion: it may join
+				// the record before it (invariant 10), several in a row
+				// to make joined records of many frames.
+				if q.closed || m.failed || q.streaming {
+					t.Skip("closed or streaming")
+				}
+				for range rapid.IntRange(1, 6).Draw(t, "frames") {
+					f := m.newFrame(t, false)
+					f.join = true
+					shared := rapid.Bool().Draw(t, "shared")
+					if shared {
+						f.size = rapid.IntRange(4, 3*refMin).Draw(t, "shared size")
+					}
+					b := m.frameBytes(f)
+					if shared {
+						f.shared = b
+					}
+					cut := rapid.IntRange(0, min(len(b), 14)).Draw(t, "header")
+					f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, false, shared, nil, nil, true)
+					m.pushed = append(m.pushed, f.id)
+				}
 			},
 			"pushShared": func(t *rapid.T) {
 				// A prepared message's frame: the queue may refer to it
@@ -139,7 +163,7 @@ func queueProperty(t *rapid.T) {
 				b := m.frameBytes(f)
 				f.shared = b
 				cut := rapid.IntRange(0, min(len(b), 14)).Draw(t, "header")
-				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, false, true, nil, m.done(f))
+				f.seq = q.push(b[:cut], b[cut:], false, [4]byte{}, false, true, nil, m.done(f), false)
 				m.pushed = append(m.pushed, f.id)
 			},
 			"pushTaken": func(t *rapid.T) {
@@ -252,6 +276,9 @@ func queueProperty(t *rapid.T) {
 				}
 				id := rapid.SampledFrom(m.pushed).Draw(t, "id")
 				f := m.frames[id]
+				if f.join {
+					t.Skip("a joined frame is never withdrawn")
+				}
 				startedBefore := m.started(f)
 				done, ok := q.withdraw(f.seq)
 				if ok {
@@ -287,7 +314,7 @@ func queueProperty(t *rapid.T) {
 			}
 			m.check(t)
 			for _, f := range m.frames {
-				if !f.pong && !f.gone && f.calls != 1 {
+				if !f.pong && !f.gone && !f.join && f.calls != 1 {
 					t.Fatalf("frame %d completed %d times, want once", f.id, f.calls)
 				}
 			}
@@ -411,7 +438,19 @@ func (m *qmodel) check(t *rapid.T) {
 	for _, id := range ids {
 		f := m.frames[id]
 		whole := off+f.size <= len(m.taken)
-		if !f.pong && !f.gone {
+		if f.join {
+			// No completion; doneSeq past it means it left (invariant
+			// 10), and once the queue is empty every frame has left.
+			if f.calls != 0 {
+				t.Fatalf("joined frame %d was completed", id)
+			}
+			if f.seq <= q.doneSeq && !whole {
+				t.Fatalf("joined frame %d (seq %d): doneSeq %d says it left, but it has not", id, f.seq, q.doneSeq)
+			}
+			if whole && !m.failed && q.queued() == 0 && f.seq > q.doneSeq {
+				t.Fatalf("joined frame %d (seq %d) left with the queue empty, but doneSeq is %d", id, f.seq, q.doneSeq)
+			}
+		} else if !f.pong && !f.gone {
 			if f.calls > 1 {
 				t.Fatalf("frame %d completed %d times", id, f.calls)
 			}

@@ -132,6 +132,7 @@ func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(e
 		f = c.frameLocked(op, true, p, mode, false)
 		f.done = done
 	}
+	f.join = done == nil
 	if q.streaming {
 		// A Writer streams a message: this one waits for its end.
 		q.hold(f.hdr, f.payload, f.masked, f.key, f.keep, f.done)

@@ -89,10 +89,13 @@ func (c *Conn) BufferedAmount() int {
 }
 
 // BufferedCost is what ConnOptions.BufferLimit compares with: the bytes
-// BufferedAmount counts plus the bookkeeping of each frame waiting, about
-// 100 bytes a frame (88 on 64-bit platforms). It is BufferedAmount's
-// measure of memory: a queue of 10-byte frames (a compressed repeat, a
-// tiny delta) costs about ten times its bytes.
+// BufferedAmount counts plus the bookkeeping of what waits, about 100
+// bytes a record (88 on 64-bit platforms). It is BufferedAmount's measure
+// of memory. Frames sent with Send or SendPrepared (no completion) that
+// wait behind one another share a record, so a slow peer's queue of them
+// costs about their bytes; each frame of SendDone, Write or a Writer has
+// its own, so a queue of 10-byte frames sent with completions (a
+// compressed repeat, a tiny delta) costs about ten times its bytes.
 func (c *Conn) BufferedCost() int {
 	c.wr.mu.Lock()
 	defer c.unlockWrite()
