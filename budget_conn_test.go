@@ -189,6 +189,8 @@ func TestAPeerThatNeverReadsIsLetGoAfterTheWriteStallTimeout(t *testing.T) {
 		BufferLimit: -1, WriteStallTimeout: 20 * time.Millisecond,
 	}}, nil)
 	ended := readInBackground(c)
+	final := make(chan *rally.CloseError, 1)
+	c.OnClose(func(ce *rally.CloseError) { final <- ce })
 	if st, err := c.Send(rally.Binary, make([]byte, 4<<20)); st != rally.Queued || err != nil {
 		t.Fatalf("4 MiB to a peer that does not read: %v %v, want queued", st, err)
 	}
@@ -196,6 +198,9 @@ func TestAPeerThatNeverReadsIsLetGoAfterTheWriteStallTimeout(t *testing.T) {
 	var ce *rally.CloseError
 	if err := <-ended; !errors.As(err, &ce) || ce.Code != rally.CloseAbnormal {
 		t.Fatalf("the connection ended with %v, want 1006", err)
+	}
+	if ce := <-final; ce.Code != rally.CloseAbnormal || !errors.Is(ce, rally.ErrWriteStalled) {
+		t.Fatalf("the connection's end is %v, want 1006 caused by rally.ErrWriteStalled", ce)
 	}
 	if n := c.BufferedAmount(); n != 0 {
 		t.Errorf("%d bytes still queued after the end", n)

@@ -76,6 +76,11 @@ var ErrClosed = errors.New("rally: connection closed")
 // ConnOptions.ControlRate allows.
 var ErrControlRate = errors.New("rally: the peer sent ping and pong frames faster than ConnOptions.ControlRate allows")
 
+// ErrWriteStalled is the cause (CloseError.Err) of a connection let go
+// with 1006 because bytes waited ConnOptions.WriteStallTimeout to be sent
+// without its peer taking a single one.
+var ErrWriteStalled = errors.New("rally: write stalled: the peer took no byte for the write-stall timeout")
+
 // ProtocolError is a rule of RFC 6455 or RFC 7692 that the peer broke. It
 // names the rule and carries the close code rally sent because of it
 // (1002, 1007, 1008 or 1009). It reaches the caller inside a *CloseError.

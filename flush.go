@@ -378,7 +378,7 @@ func (c *Conn) checkStall() {
 		return
 	}
 	c.wr.mu.Unlock()
-	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: fmt.Errorf("rally: write stalled: the peer took no byte for %v", c.opts.WriteStallTimeout)})
+	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: fmt.Errorf("%w (%v)", ErrWriteStalled, c.opts.WriteStallTimeout)})
 }
 
 // chargeQueueLocked brings the send queue's charge on the memory budget in

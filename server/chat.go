@@ -22,7 +22,7 @@ func (s *Server) chatOpen(c *rally.Conn) {
 
 // chatClose lets the slow-subscriber watch forget c.
 func (s *Server) chatClose(c *rally.Conn, ce *rally.CloseError) {
-	s.slow.remove(c)
+	s.unwatch(c, ce)
 	s.closed("chat")(c, ce)
 }
 

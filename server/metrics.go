@@ -80,7 +80,7 @@ func newMetrics() *metrics {
 		Name: "rally_close_codes_total", Help: "WebSocket connections ended, by close code (1006: no close frame).",
 	}, []string{"code"})
 	m.slowCut = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "rally_slow_subscribers_cut_total", Help: "/ws connections cut because their send queue stayed at the buffer limit for --slow-subscriber-timeout.",
+		Name: "rally_slow_subscribers_cut_total", Help: "/ws, /chat and Pusher connections cut because their send queue stayed at the buffer limit for --slow-subscriber-timeout, or their peer took no byte for four times it while messages waited.",
 	})
 	m.memoryReturns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_memory_returns_total", Help: "Collections forced to give free memory back to the system (--return-memory), by what came before (connect_wave, disconnect, release, idle; again: the second return after a disconnect or a release).",

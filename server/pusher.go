@@ -145,7 +145,7 @@ func (s *Server) pusherClose(c *rally.Conn, ce *rally.CloseError) {
 			}
 		}
 		a.mu.Unlock()
-		s.slow.remove(c)
+		s.unwatch(c, ce)
 	}
 	s.conns.Add(-1)
 	s.m.closed("pusher", ce.Code)

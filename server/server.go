@@ -59,8 +59,11 @@ type Config struct {
 	// takes no byte or too few to make room (1008, Pusher 4100, when it
 	// still takes bytes, else 1006; see slow.go): a subscriber that does
 	// not keep up is let go instead of costing every publish on its
-	// topics. Default 1 s; negative turns
-	// it off (messages past the limit are then only dropped).
+	// topics. Such a connection whose peer takes no byte at all for four
+	// times this long while messages wait is let go too (1006), however
+	// little waits (its WriteStallTimeout, when that is longer). Default
+	// 1 s; negative turns both off (messages past the limit are then only
+	// dropped, and WriteStallTimeout alone applies).
 	SlowSubscriberTimeout time.Duration
 	// SubscriberSendBuffer is the kernel's send buffer (SO_SNDBUF) of a
 	// /ws, /chat or Pusher connection over HTTP/1.1: what a subscriber
@@ -363,6 +366,7 @@ func New(cfg Config) (*Server, error) {
 	s.echo = &rally.Server{Options: echoOpts, Open: s.opened("echo"), Message: echo, Close: s.closed("echo")}
 
 	wsConn := conn
+	wsConn.WriteStallTimeout = subscriberStall(cfg)
 	wsConn.ReadLimit = int64(cfg.MaxMessageBytes)
 	wsConn.ReadLimitReason = tooBigReason("/ws and /chat", cfg.MaxMessageBytes, "max-message-bytes")
 	wsOpts := &rally.AcceptOptions{

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -122,6 +123,41 @@ func (w *slowWatch) run() {
 		}
 		clear(cut)
 		cut, moved = cut[:0], moved[:0]
+	}
+}
+
+// slowStallTurns is how many slow-subscriber timeouts a subscriber's peer
+// may take no byte at all while messages wait for it before it is let go
+// (1006, by the connection's write-stall timer). The rule above needs its
+// queue to fill first: a queue of compressed repeats (a few dozen bytes
+// each) behind a stream whose HTTP/2 window stays at 0 took some 20,000
+// publishes to fill, each of which copied bytes into 2,000 such queues,
+// and a fast subscriber got 1-5% of its rate for the seconds it took.
+// Taking nothing for four seconds (the defaults) is a peer that stopped
+// reading, whatever it is sent; one that reads, however slowly, is left
+// to the rule above.
+const slowStallTurns = 4
+
+// subscriberStall is the write-stall timeout of a subscriber endpoint's
+// connections: the configured one, or slowStallTurns slow-subscriber
+// timeouts if shorter (0: none).
+func subscriberStall(cfg Config) time.Duration {
+	stall := max(cfg.WriteStallTimeout, 0)
+	if cfg.SlowSubscriberTimeout > 0 {
+		if s := slowStallTurns * cfg.SlowSubscriberTimeout; stall == 0 || s < stall {
+			stall = s
+		}
+	}
+	return stall
+}
+
+// unwatch stops watching a subscriber that closed, counting it as cut if
+// its peer stalled (see slowStallTurns).
+func (s *Server) unwatch(c *rally.Conn, ce *rally.CloseError) {
+	s.slow.remove(c)
+	if s.slow.on() && errors.Is(ce, rally.ErrWriteStalled) {
+		s.m.slowCut.Inc()
+		s.log.Debug("slow subscriber cut", "remote", c.RemoteAddr().String(), "stalled", true)
 	}
 }
 

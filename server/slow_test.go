@@ -87,6 +87,64 @@ func testSlowSubscriberCut(t *testing.T, h2 bool) {
 	r.readerStillServed()
 }
 
+// A subscriber that takes nothing at all is cut once it has taken no
+// byte for four slow-subscriber timeouts, long before its queue fills:
+// here compressed repeats (about 130 bytes each in the queue), of which
+// its 16 MiB limit holds 96,000 at three quarters (over HTTP/2, 2,000
+// such streams under 1 MiB limits once took a fast subscriber to 1-5% of
+// its rate while their queues filled). In both engines and over HTTP/2;
+// nothing is dropped for it meanwhile. (Without the rule: 5,400-6,500
+// messages before the cut under a 1 MiB limit; with it 540-810.)
+func TestASubscriberThatTakesNothingIsCutBeforeItsQueueFills(t *testing.T) {
+	for _, mode := range serveModes {
+		t.Run(mode.name, func(t *testing.T) {
+			inMode(t, mode.eventLoop)
+			testStalledSubscriberCut(t, false)
+		})
+	}
+	t.Run("h2c", func(t *testing.T) { testStalledSubscriberCut(t, true) })
+}
+
+func testStalledSubscriberCut(t *testing.T, h2 bool) {
+	s := serve(t, Config{
+		BufferLimit:           16 << 20,
+		SubscriberSendBuffer:  16 << 10,
+		Protection:            Protection{MemoryLimit: -1},
+		SlowSubscriberTimeout: 300 * time.Millisecond,
+		H2C:                   h2,
+		HandshakeRate:         -1,
+	})
+	slowOpts := smallReadBuffer()
+	if h2 {
+		tr := &http.Transport{ForceAttemptHTTP2: true, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 16 << 10}}
+		t.Cleanup(tr.CloseIdleConnections)
+		slowOpts = &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr}
+	}
+	subscribe := `{"type":"subscribe","topic":"flood","id":1}`
+	slow := dial(t, s.ws+"/ws", slowOpts)
+	slow.send(subscribe)
+	fast := dial(t, s.ws+"/ws", nil)
+	fast.send(subscribe)
+	fast.expect(`{"type":"ack","id":1}`)
+	pub := dial(t, s.ws+"/ws", nil)
+
+	msg := fmt.Sprintf(`{"type":"publish","topic":"flood","data":%q}`, strings.Repeat("x", 1000))
+	r := startSlowCut(t, s, fast.c, `"type":"message"`, func() { pub.send(msg) })
+	r.untilCut()
+	if r.published >= 50_000 {
+		t.Fatalf("cut after %d messages: its queue filled first", r.published)
+	}
+	// A close frame cannot reach a peer that takes nothing: 1006 (over
+	// HTTP/2 its stream is reset).
+	if code, err := endOf(slow.c); !h2 && (err != nil || code != rally.CloseAbnormal) {
+		t.Fatalf("the subscriber that took nothing ended with close %d (%v), want 1006", code, err)
+	}
+	if n := metric(t, s.http, `rally_drops_total{reason="buffer_limit"}`); n != 0 {
+		t.Fatalf("rally_drops_total{reason=\"buffer_limit\"} is %v: the queue of the subscriber that took nothing reached its limit before it was cut", n)
+	}
+	r.readerStillServed()
+}
+
 // endOf reads c until it ends and returns the close code it ended with,
 // or the error if it did not end with a close.
 func endOf(c *rally.Conn) (uint16, error) {

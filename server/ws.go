@@ -96,7 +96,7 @@ func (s *Server) wsOpen(c *rally.Conn) {
 func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {
 	ss := c.Data().(*wsSession)
 	s.wsConns.Add(-1)
-	s.slow.remove(c)
+	s.unwatch(c, ce)
 	if x := ss.x; x != nil {
 		for topic := range x.hist {
 			s.histHub.remove(c, topic)

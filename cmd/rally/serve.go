@@ -183,13 +183,13 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.BoolVar(&cfg.RateLimitLoopback, "rate-limit-loopback", false, "apply --handshake-rate to loopback clients too")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 100, "topics one /ws connection may subscribe to (negative: no limit)")
 	cli.BytesVar(fs, &cfg.MaxMessageBytes, "max-message-bytes", 64<<10, "largest /ws message (larger: closed with 1009) and /publish body (413)")
-	cli.BytesVar(fs, &cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most, each message counting ~100\nbytes of bookkeeping more; messages past it are dropped for that client\nand counted (negative: no limit)")
+	cli.BytesVar(fs, &cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most, with ~100 bytes of bookkeeping\nper run of messages waiting together; messages past it are dropped for that\nclient and counted (negative: no limit)")
 	cli.BytesVar(fs, &cfg.SubscriberSendBuffer, "subscriber-send-buffer", 64<<10, "kernel send buffer of a /ws, /chat or Pusher connection over HTTP/1.1: what a\nclient that does not read makes the kernel hold beyond --buffer-limit (negative: the\nkernel's own, growing to megabytes)")
 	fs.DurationVar(&cfg.HeaderReadTimeout, "header-timeout", 10*time.Second, "time a client has to send its request head")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "ping a quiet client this often (negative: never)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 90*time.Second, "close a client silent this long with 1001 (negative: never)")
 	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", 30*time.Second, "let a client go when bytes for it have waited this long without it taking one\n(negative: never)")
-	fs.DurationVar(&cfg.SlowSubscriberTimeout, "slow-subscriber-timeout", time.Second, "cut a /ws, /chat or Pusher client whose messages stayed at --buffer-limit this long,\nwhether it took no byte or too few (1008, Pusher 4100, or 1006 when it took\nnone; negative: never)")
+	fs.DurationVar(&cfg.SlowSubscriberTimeout, "slow-subscriber-timeout", time.Second, "cut a /ws, /chat or Pusher client whose messages stayed at --buffer-limit this long,\nwhether it took no byte or too few (1008, Pusher 4100, or 1006 when it took\nnone), or that took no byte for four times this long while messages waited\n(1006); negative: never")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "time close handshakes may take on shutdown")
 	// The event loop is the default where it exists (Linux): less memory
 	// per idle connection, and fewer system calls per message.
