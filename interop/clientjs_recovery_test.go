@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -480,6 +478,7 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 			t.Run(rt, func(t *testing.T) {
 				cfg := historyConfig(5000)
 				cfg.BufferLimit = 64 << 10
+				cfg.SubscriberSendBuffer = 64 << 10 // the default, named: the sizing below counts on it
 				cfg.ShutdownTimeout = 30 * time.Second
 				srv := startRallyServe(t, mode, cfg)
 				proxy := newCutProxy(t, srv.addr)
@@ -488,12 +487,12 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 				connectAndSubscribe(t, c)
 				proxy.Stall()
 				// Twice what the way to the client can hold while stalled: the
-				// server's socket buffer (at most the kernel's tcp_wmem max),
-				// the proxy's, and the server's buffer limit. The padding is
-				// random base64, which permessage-deflate shrinks by a quarter
-				// at most.
+				// server's socket buffer (SubscriberSendBuffer, which the
+				// kernel doubles), the proxy's, and the server's buffer limit.
+				// The padding is random base64, which permessage-deflate
+				// shrinks by a quarter at most.
 				const size = 16 << 10
-				total := 2 * (kernelMaxWriteBuffer(t) + 2*proxyReadBuffer + 32<<10 + cfg.BufferLimit) / (size * 3 / 4)
+				total := 2 * (2*cfg.SubscriberSendBuffer + 2*proxyReadBuffer + 32<<10 + cfg.BufferLimit) / (size * 3 / 4)
 				raw := make([]byte, size*3/4)
 				for n := 1; n <= total; n++ {
 					rand.Read(raw)
@@ -528,19 +527,4 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 			})
 		}
 	})
-}
-
-// kernelMaxWriteBuffer is the most a TCP socket's send buffer grows to on
-// this machine (the last field of net.ipv4.tcp_wmem; 4 MiB if unknown).
-func kernelMaxWriteBuffer(t *testing.T) int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
-	if err != nil {
-		return 4 << 20
-	}
-	f := strings.Fields(string(b))
-	n, err := strconv.Atoi(f[len(f)-1])
-	if err != nil {
-		t.Fatalf("tcp_wmem: %q", b)
-	}
-	return n
 }
