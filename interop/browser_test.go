@@ -117,24 +117,29 @@ window.run = async (name, ...args) => {
 </script>
 `
 
-// chromiumPath returns the Chromium binary ($CHROMIUM, else
-// /usr/bin/chromium), failing t when it is missing.
-func chromiumPath(t *testing.T) string {
-	p := os.Getenv("CHROMIUM")
-	if p == "" {
-		p = "/usr/bin/chromium"
+// chromiumBinary is the Chromium the tests run: $CHROMIUM, else
+// /usr/bin/chromium.
+func chromiumBinary() string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
 	}
+	return "/usr/bin/chromium"
+}
+
+// chromiumPath returns the Chromium binary, failing t when it is missing.
+func chromiumPath(t *testing.T) string {
+	p := chromiumBinary()
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("Chromium not found at %s: install Debian's chromium (`bash interop/setup.sh`) or set $CHROMIUM", p)
 	}
 	return p
 }
 
-// startBrowser starts a headless Chromium on the page at url and stops it
-// when t ends.
-func startBrowser(t *testing.T, url string) context.Context {
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath(t)),
+// chromiumOptions are how the tests start Chromium: headless, quiet, with
+// its profile in dir, and the extra flags given.
+func chromiumOptions(path, dir string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
+	return append([]chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
 		chromedp.Flag("headless", true),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
@@ -143,14 +148,68 @@ func startBrowser(t *testing.T, url string) context.Context {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(dir),
+	}, extra...)
+}
+
+// browser is the headless Chromium the tests share. TestMain starts it
+// before the tests and stops it after them: starting one per test cost
+// some 2.7 s (1.6 s of CPU) each time, more than most of the tests
+// themselves, and a browser there before every test and after it is
+// outside what the leak checks count. Each test gets a tab in a browser
+// context of its own (startBrowser): no cookies, storage or cache of
+// another test.
+var browser struct {
+	ctx  context.Context // the first tab, which holds the browser; nil when it did not start
+	err  error           // why it did not start
+	stop func()
+}
+
+// startSharedBrowser starts the shared Chromium (when there is one: a
+// missing binary fails the tests that need it, in startBrowser).
+func startSharedBrowser() {
+	path := chromiumBinary()
+	if _, err := os.Stat(path); err != nil {
+		return
 	}
-	limit, cancelLimit := context.WithTimeout(context.Background(), 90*time.Second)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(limit, opts...)
+	dir, err := os.MkdirTemp("", "rally-interop-chromium-")
+	if err != nil {
+		browser.err = err
+		return
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromiumOptions(path, dir)...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
-	t.Cleanup(func() {
+	browser.stop = func() {
 		cancelCtx()
 		cancelAlloc() // waits for the browser process to exit
+		os.RemoveAll(dir)
+	}
+	if err := chromedp.Do(ctx); err != nil { // starts the browser and its first tab
+		browser.err = err
+		return
+	}
+	browser.ctx = ctx
+}
+
+// stopSharedBrowser stops the shared Chromium, if it was started.
+func stopSharedBrowser() {
+	if browser.stop != nil {
+		browser.stop()
+	}
+}
+
+// startBrowser opens the page at url in a new tab of the shared Chromium,
+// in a browser context of its own, and closes both when t ends.
+func startBrowser(t *testing.T, url string) context.Context {
+	t.Helper()
+	chromiumPath(t)
+	if browser.ctx == nil {
+		t.Fatalf("chromium: starting the browser: %v", browser.err)
+	}
+	limit, cancelLimit := context.WithTimeout(browser.ctx, 90*time.Second)
+	ctx, cancelCtx := chromedp.NewContext(limit, chromedp.WithNewBrowserContext())
+	t.Cleanup(func() {
+		cancelCtx() // closes the tab and its browser context
 		cancelLimit()
 	})
 	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitReady(chromedp.CSS("body"))); err != nil {

@@ -46,26 +46,24 @@ func TestJSClientDropsMessagesItAlreadyDelivered(t *testing.T) {
 			},
 		}
 		hs := serveRally(t, mode, fake, nil)
-		for _, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				srv := startRallyServe(t, mode, serverConfig()) // serves /client.js and the page
-				base := "http://" + srv.addr
-				c := startJSClient(t, rt, base, hs.URL+"/ws", fastBackoff)
-				c.do("subscribe", map[string]any{"topic": "t"})
-				c.do("connect", nil)
-				c.until("subscribed")
-				var got []string
-				for len(got) < len(want) {
-					var s string
-					if err := json.Unmarshal(receive(t, c, "t"), &s); err != nil {
-						t.Fatal(err)
-					}
-					got = append(got, s)
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			srv := startRallyServe(t, mode, serverConfig()) // serves /client.js and the page
+			base := "http://" + srv.addr
+			c := startJSClient(t, rt, base, hs.URL+"/ws", fastBackoff)
+			c.do("subscribe", map[string]any{"topic": "t"})
+			c.do("connect", nil)
+			c.until("subscribed")
+			var got []string
+			for len(got) < len(want) {
+				var s string
+				if err := json.Unmarshal(receive(t, c, "t"), &s); err != nil {
+					t.Fatal(err)
 				}
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("delivered %q, want %q", got, want)
-				}
-			})
-		}
+				got = append(got, s)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("delivered %q, want %q", got, want)
+			}
+		})
 	})
 }

@@ -83,6 +83,21 @@ type jsClient struct {
 // jsRuntimes are the places the client is tested in.
 var jsRuntimes = []string{"node-ws", "node-websocket", "chromium"}
 
+// inRuntimes runs test once per runtime, as parallel subtests named after
+// the runtime. Each starts its own client, server and proxy: they share
+// only what the caller set up for all of them. Most of a run is spent
+// waiting on other processes (Node, Chromium, backoff delays), so the
+// runtimes wait together; the parent (a server mode, with its leak check)
+// ends after all of them.
+func inRuntimes(t *testing.T, runtimes []string, test func(t *testing.T, rt string)) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			t.Parallel()
+			test(t, rt)
+		})
+	}
+}
+
 // startJSClient loads base/client.js into runtime and creates a Client on
 // url with options.
 func startJSClient(t *testing.T, runtime, base, url string, options map[string]any) *jsClient {

@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,123 +52,121 @@ func connectAndSubscribe(t *testing.T, c *jsClient) jsEvent {
 // positions that only grow, and the resubscribe says recovered.
 func TestJSClientGetsEveryMessageExactlyOnceAcrossANetworkDrop(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
-		for _, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				srv := startRallyServe(t, mode, historyConfig(1000))
-				proxy := newCutProxy(t, srv.addr)
-				base := "http://" + proxy.Addr()
-				c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				connectAndSubscribe(t, c)
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			srv := startRallyServe(t, mode, historyConfig(1000))
+			proxy := newCutProxy(t, srv.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, c)
 
-				var got []int
-				var last *jsPosition
-				var subscribed []jsEvent
-				take := func(e jsEvent) {
-					switch e.Ev {
-					case "message":
-						n := numbered(t, c, e)
-						if e.Position == nil {
-							t.Fatalf("%s: message %d without a position", rt, n)
-						}
-						if last != nil && e.Position.Epoch == last.Epoch && e.Position.Offset <= last.Offset {
-							t.Fatalf("%s: message %d at %+v after %+v: positions must grow", rt, n, *e.Position, *last)
-						}
-						last = e.Position
-						got = append(got, n)
-					case "subscribed":
-						subscribed = append(subscribed, e)
+			var got []int
+			var last *jsPosition
+			var subscribed []jsEvent
+			take := func(e jsEvent) {
+				switch e.Ev {
+				case "message":
+					n := numbered(t, c, e)
+					if e.Position == nil {
+						t.Fatalf("%s: message %d without a position", rt, n)
 					}
-				}
-				publish := func(n int) error {
-					b, _ := json.Marshal(map[string]int{"n": n})
-					if status, body := httpPost(srv.addr, "/publish/news", b); status != 200 {
-						return fmt.Errorf("publish %d: %d %s", n, status, body)
+					if last != nil && e.Position.Epoch == last.Epoch && e.Position.Offset <= last.Offset {
+						t.Fatalf("%s: message %d at %+v after %+v: positions must grow", rt, n, *e.Position, *last)
 					}
-					return nil
+					last = e.Position
+					got = append(got, n)
+				case "subscribed":
+					subscribed = append(subscribed, e)
 				}
-				for n := 1; n <= 10; n++ {
+			}
+			publish := func(n int) error {
+				b, _ := json.Marshal(map[string]int{"n": n})
+				if status, body := httpPost(srv.addr, "/publish/news", b); status != 200 {
+					return fmt.Errorf("publish %d: %d %s", n, status, body)
+				}
+				return nil
+			}
+			for n := 1; n <= 10; n++ {
+				if err := publish(n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for len(got) < 10 {
+				take(c.next())
+			}
+
+			// The publisher goes on until told to stop: through the cut, the
+			// reconnect, the replay and the switch to live delivery. It
+			// waits at 500 (half the history) for the resubscribe, so that a
+			// slow reconnect does not outrun the history.
+			halfway := make(chan struct{})
+			resubscribed := make(chan struct{})
+			stop := make(chan struct{})
+			var stopOnce sync.Once
+			stopPublisher := func() { stopOnce.Do(func() { close(stop) }) }
+			defer stopPublisher() // also when the test fails early
+			published := make(chan int, 1)
+			failed := make(chan error, 1)
+			go func() {
+				for n := 11; ; n++ {
 					if err := publish(n); err != nil {
-						t.Fatal(err)
+						failed <- err
+						return
 					}
-				}
-				for len(got) < 10 {
-					take(c.next())
-				}
-
-				// The publisher goes on until told to stop: through the cut, the
-				// reconnect, the replay and the switch to live delivery. It
-				// waits at 500 (half the history) for the resubscribe, so that a
-				// slow reconnect does not outrun the history.
-				halfway := make(chan struct{})
-				resubscribed := make(chan struct{})
-				stop := make(chan struct{})
-				var stopOnce sync.Once
-				stopPublisher := func() { stopOnce.Do(func() { close(stop) }) }
-				defer stopPublisher() // also when the test fails early
-				published := make(chan int, 1)
-				failed := make(chan error, 1)
-				go func() {
-					for n := 11; ; n++ {
-						if err := publish(n); err != nil {
-							failed <- err
-							return
-						}
-						switch n {
-						case 100:
-							close(halfway)
-						case 500:
-							select {
-							case <-resubscribed:
-							case <-stop:
-							}
-						}
+					switch n {
+					case 100:
+						close(halfway)
+					case 500:
 						select {
+						case <-resubscribed:
 						case <-stop:
-							published <- n
-							return
-						default:
 						}
 					}
-				}()
-				proxy.Cut()
-				select {
-				case <-halfway:
-				case err := <-failed:
-					t.Fatal(err)
-				}
-				proxy.Restore()
-				for len(subscribed) == 0 {
-					take(c.next())
-				}
-				close(resubscribed)
-				// 50 messages after the resubscribe: the publisher ran across the
-				// switch from history to live.
-				for mark := len(got); len(got) < mark+50; {
-					take(c.next())
-				}
-				stopPublisher()
-				var total int
-				select {
-				case total = <-published:
-				case err := <-failed:
-					t.Fatal(err)
-				}
-				for got[len(got)-1] < total {
-					take(c.next())
-				}
-				for i, n := range got {
-					if n != i+1 {
-						t.Fatalf("%s: messages arrived as %v, want 1..%d once each, in order", rt, got, total)
+					select {
+					case <-stop:
+						published <- n
+						return
+					default:
 					}
 				}
-				t.Logf("%s: %d messages; %d replayed at the resubscribe", rt, total, subscribed[0].Replayed)
-				for _, s := range subscribed {
-					if !s.Resubscribed || !s.Recovering || !s.Recovered {
-						t.Fatalf("%s: resubscribe %s, want recovered", rt, s)
-					}
+			}()
+			proxy.Cut()
+			select {
+			case <-halfway:
+			case err := <-failed:
+				t.Fatal(err)
+			}
+			proxy.Restore()
+			for len(subscribed) == 0 {
+				take(c.next())
+			}
+			close(resubscribed)
+			// 50 messages after the resubscribe: the publisher ran across the
+			// switch from history to live.
+			for mark := len(got); len(got) < mark+50; {
+				take(c.next())
+			}
+			stopPublisher()
+			var total int
+			select {
+			case total = <-published:
+			case err := <-failed:
+				t.Fatal(err)
+			}
+			for got[len(got)-1] < total {
+				take(c.next())
+			}
+			for i, n := range got {
+				if n != i+1 {
+					t.Fatalf("%s: messages arrived as %v, want 1..%d once each, in order", rt, got, total)
 				}
-			})
-		}
+			}
+			t.Logf("%s: %d messages; %d replayed at the resubscribe", rt, total, subscribed[0].Replayed)
+			for _, s := range subscribed {
+				if !s.Resubscribed || !s.Recovering || !s.Recovered {
+					t.Fatalf("%s: resubscribe %s, want recovered", rt, s)
+				}
+			}
+		})
 	})
 }
 
@@ -180,37 +176,35 @@ func TestJSClientGetsEveryMessageExactlyOnceAcrossANetworkDrop(t *testing.T) {
 // continues from the topic's current position.
 func TestJSClientIsToldWhenHistoryNoLongerHoldsWhatItMissed(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
-		for _, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				srv := startRallyServe(t, mode, historyConfig(5))
-				proxy := newCutProxy(t, srv.addr)
-				base := "http://" + proxy.Addr()
-				c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				connectAndSubscribe(t, c)
-				publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
-				if e, _ := c.until("message"); numbered(t, c, e) != 1 {
-					t.Fatalf("first message: %s", e)
-				}
-				proxy.Cut()
-				c.expect("disconnected")
-				for n := 2; n <= 20; n++ {
-					publishHTTP(t, srv.addr, "news", map[string]int{"n": n})
-				}
-				proxy.Restore()
-				s, _ := c.until("subscribed")
-				if !s.Resubscribed || !s.Recovering || s.Recovered || s.Reason != "expired" {
-					t.Fatalf("resubscribe: %s, want recovered false, reason expired", s)
-				}
-				publishHTTP(t, srv.addr, "news", map[string]int{"n": 21})
-				e := c.expect("message")
-				if n := numbered(t, c, e); n != 21 {
-					t.Fatalf("after the resubscribe: message %d, want 21 (nothing of the gap)", n)
-				}
-				if e.Position == nil || s.Position == nil || e.Position.Epoch != s.Position.Epoch || e.Position.Offset <= s.Position.Offset {
-					t.Fatalf("message 21 at %v after a resubscribe at %v: want a later position of the same epoch", e.Position, s.Position)
-				}
-			})
-		}
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			srv := startRallyServe(t, mode, historyConfig(5))
+			proxy := newCutProxy(t, srv.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, c)
+			publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
+			if e, _ := c.until("message"); numbered(t, c, e) != 1 {
+				t.Fatalf("first message: %s", e)
+			}
+			proxy.Cut()
+			c.expect("disconnected")
+			for n := 2; n <= 20; n++ {
+				publishHTTP(t, srv.addr, "news", map[string]int{"n": n})
+			}
+			proxy.Restore()
+			s, _ := c.until("subscribed")
+			if !s.Resubscribed || !s.Recovering || s.Recovered || s.Reason != "expired" {
+				t.Fatalf("resubscribe: %s, want recovered false, reason expired", s)
+			}
+			publishHTTP(t, srv.addr, "news", map[string]int{"n": 21})
+			e := c.expect("message")
+			if n := numbered(t, c, e); n != 21 {
+				t.Fatalf("after the resubscribe: message %d, want 21 (nothing of the gap)", n)
+			}
+			if e.Position == nil || s.Position == nil || e.Position.Epoch != s.Position.Epoch || e.Position.Offset <= s.Position.Offset {
+				t.Fatalf("message 21 at %v after a resubscribe at %v: want a later position of the same epoch", e.Position, s.Position)
+			}
+		})
 	})
 }
 
@@ -220,37 +214,35 @@ func TestJSClientIsToldWhenHistoryNoLongerHoldsWhatItMissed(t *testing.T) {
 // follows the new history.
 func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
-		for _, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				first := startRallyServe(t, mode, historyConfig(100))
-				proxy := newCutProxy(t, first.addr)
-				base := "http://" + proxy.Addr()
-				c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				sub := connectAndSubscribe(t, c)
-				publishHTTP(t, first.addr, "news", map[string]int{"n": 1})
-				if e, _ := c.until("message"); numbered(t, c, e) != 1 {
-					t.Fatalf("first message: %s", e)
-				}
-				first.stop()
-				if e := c.expect("disconnected"); e.Code != 1001 || !e.Reconnect {
-					t.Fatalf("server shutdown: %s, want 1001 and a reconnect", e)
-				}
-				second := startRallyServe(t, mode, historyConfig(100))
-				proxy.Retarget(second.addr)
-				s, _ := c.until("subscribed")
-				if !s.Resubscribed || !s.Recovering || s.Recovered || s.Reason != "epoch" {
-					t.Fatalf("resubscribe to the new server: %s, want recovered false, reason epoch", s)
-				}
-				if s.Position == nil || s.Position.Epoch == sub.Position.Epoch {
-					t.Fatalf("resubscribe at %v, want the new server's epoch (the old one was %q)", s.Position, sub.Position.Epoch)
-				}
-				publishHTTP(t, second.addr, "news", map[string]int{"n": 2})
-				e := c.expect("message")
-				if numbered(t, c, e) != 2 || e.Position == nil || e.Position.Epoch != s.Position.Epoch {
-					t.Fatalf("message on the new server: %s", e)
-				}
-			})
-		}
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			first := startRallyServe(t, mode, historyConfig(100))
+			proxy := newCutProxy(t, first.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			sub := connectAndSubscribe(t, c)
+			publishHTTP(t, first.addr, "news", map[string]int{"n": 1})
+			if e, _ := c.until("message"); numbered(t, c, e) != 1 {
+				t.Fatalf("first message: %s", e)
+			}
+			first.stop()
+			if e := c.expect("disconnected"); e.Code != 1001 || !e.Reconnect {
+				t.Fatalf("server shutdown: %s, want 1001 and a reconnect", e)
+			}
+			second := startRallyServe(t, mode, historyConfig(100))
+			proxy.Retarget(second.addr)
+			s, _ := c.until("subscribed")
+			if !s.Resubscribed || !s.Recovering || s.Recovered || s.Reason != "epoch" {
+				t.Fatalf("resubscribe to the new server: %s, want recovered false, reason epoch", s)
+			}
+			if s.Position == nil || s.Position.Epoch == sub.Position.Epoch {
+				t.Fatalf("resubscribe at %v, want the new server's epoch (the old one was %q)", s.Position, sub.Position.Epoch)
+			}
+			publishHTTP(t, second.addr, "news", map[string]int{"n": 2})
+			e := c.expect("message")
+			if numbered(t, c, e) != 2 || e.Position == nil || e.Position.Epoch != s.Position.Epoch {
+				t.Fatalf("message on the new server: %s", e)
+			}
+		})
 	})
 }
 
@@ -261,65 +253,66 @@ func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
 // order, and live ones follow.
 func TestJSClientRecoversOnAnotherNodeAfterItsServerDies(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
-		nats, err := natsbroker.StartEmbedded("127.0.0.1:0", nil, "", natsbroker.WithJetStream(t.TempDir(), ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nats.Shutdown)
-		node := func(t *testing.T, name string) *rallyServe {
-			cfg := historyConfig(1000)
-			cfg.Node = name
-			cfg.NATS = server.NATSConfig{URL: nats.ClientURL(), ClusterSecret: "interop-cluster-secret-0123456789"}
-			return startRallyServe(t, mode, cfg)
-		}
-		for i, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				topic := fmt.Sprintf("nodes.%d", i)
-				a, b := node(t, "a"), node(t, "b")
-				proxy := newCutProxy(t, a.addr)
-				base := "http://" + proxy.Addr()
-				c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				c.do("subscribe", map[string]any{"topic": topic})
-				c.do("connect", nil)
-				if s, _ := c.until("subscribed"); s.Position == nil {
-					t.Fatalf("subscribe: %s, want a position", s)
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			// Each runtime has a NATS of its own: the runtimes run at once,
+			// and a node joining a stream others publish on is not what this
+			// test is about.
+			nats, err := natsbroker.StartEmbedded("127.0.0.1:0", nil, "", natsbroker.WithJetStream(t.TempDir(), ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nats.Shutdown)
+			node := func(name string) *rallyServe {
+				cfg := historyConfig(1000)
+				cfg.Node = name
+				cfg.NATS = server.NATSConfig{URL: nats.ClientURL(), ClusterSecret: "interop-cluster-secret-0123456789"}
+				return startRallyServe(t, mode, cfg)
+			}
+			topic := "nodes." + rt
+			a, b := node("a"), node("b")
+			proxy := newCutProxy(t, a.addr)
+			base := "http://" + proxy.Addr()
+			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			c.do("subscribe", map[string]any{"topic": topic})
+			c.do("connect", nil)
+			if s, _ := c.until("subscribed"); s.Position == nil {
+				t.Fatalf("subscribe: %s, want a position", s)
+			}
+			next := func() int {
+				t.Helper()
+				e, _ := c.until("message")
+				if e.Position == nil {
+					t.Fatalf("message without a position: %s", e)
 				}
-				next := func() int {
-					t.Helper()
-					e, _ := c.until("message")
-					if e.Position == nil {
-						t.Fatalf("message without a position: %s", e)
-					}
-					return numbered(t, c, e)
+				return numbered(t, c, e)
+			}
+			for n := 1; n <= 10; n++ {
+				publishHTTP(t, a.addr, topic, map[string]int{"n": n})
+			}
+			for n := 1; n <= 10; n++ {
+				if got := next(); got != n {
+					t.Fatalf("live: message %d, want %d", got, n)
 				}
-				for n := 1; n <= 10; n++ {
-					publishHTTP(t, a.addr, topic, map[string]int{"n": n})
+			}
+			a.stop()
+			if e := c.expect("disconnected"); e.Code != 1001 {
+				t.Fatalf("node a shut down: %s, want 1001", e)
+			}
+			for n := 11; n <= 60; n++ {
+				publishHTTP(t, b.addr, topic, map[string]int{"n": n})
+			}
+			proxy.Retarget(b.addr)
+			s, _ := c.until("subscribed")
+			if !s.Resubscribed || !s.Recovered || s.Replayed != 50 {
+				t.Fatalf("resubscribe on node b: %s, want recovered with 50 replayed", s)
+			}
+			publishHTTP(t, b.addr, topic, map[string]int{"n": 61})
+			for n := 11; n <= 61; n++ {
+				if got := next(); got != n {
+					t.Fatalf("after the move to node b: message %d, want %d", got, n)
 				}
-				for n := 1; n <= 10; n++ {
-					if got := next(); got != n {
-						t.Fatalf("live: message %d, want %d", got, n)
-					}
-				}
-				a.stop()
-				if e := c.expect("disconnected"); e.Code != 1001 {
-					t.Fatalf("node a shut down: %s, want 1001", e)
-				}
-				for n := 11; n <= 60; n++ {
-					publishHTTP(t, b.addr, topic, map[string]int{"n": n})
-				}
-				proxy.Retarget(b.addr)
-				s, _ := c.until("subscribed")
-				if !s.Resubscribed || !s.Recovered || s.Replayed != 50 {
-					t.Fatalf("resubscribe on node b: %s, want recovered with 50 replayed", s)
-				}
-				publishHTTP(t, b.addr, topic, map[string]int{"n": 61})
-				for n := 11; n <= 61; n++ {
-					if got := next(); got != n {
-						t.Fatalf("after the move to node b: message %d, want %d", got, n)
-					}
-				}
-			})
-		}
+			}
+		})
 	})
 }
 
@@ -328,49 +321,47 @@ func TestJSClientRecoversOnAnotherNodeAfterItsServerDies(t *testing.T) {
 // presence() answers who is there.
 func TestJSClientSeesWhoIsSubscribed(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
-		for _, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				cfg := serverConfig()
-				cfg.Presence = server.PresenceConfig{Topics: []string{"room.*"}}
-				srv := startRallyServe(t, mode, cfg)
-				base := "http://" + srv.addr
-				a := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				a.do("subscribe", map[string]any{"topic": "room.1"})
-				a.do("connect", nil)
-				sa, _ := a.until("subscribed")
-				b := startJSClient(t, "node-ws", base, base+"/ws", fastBackoff)
-				b.do("subscribe", map[string]any{"topic": "room.1"})
-				b.do("connect", nil)
-				sb, _ := b.until("subscribed")
-				if sa.Client == "" || sb.Client == "" || sa.Client == sb.Client {
-					t.Fatalf("member ids %q and %q, want two", sa.Client, sb.Client)
-				}
-				if e, _ := a.until("presence"); e.Type != "join" || e.Topic != "room.1" || e.Client != sb.Client {
-					t.Fatalf("presence event %s, want b's join", e)
-				}
-				a.do("presence", map[string]any{"ref": 1, "topic": "room.1"})
-				e, _ := a.until("presence-answer")
-				var answer struct {
-					Count   int
-					Members []struct{ Client, User string }
-				}
-				if err := json.Unmarshal(e.Answer, &answer); err != nil || answer.Count != 2 || len(answer.Members) != 2 {
-					t.Fatalf("presence answer %s, want the two members", e.Answer)
-				}
-				b.do("close", nil)
-				if e, _ := a.until("presence"); e.Type != "leave" || e.Client != sb.Client {
-					t.Fatalf("presence event %s, want b's leave", e)
-				}
-				a.do("presence", map[string]any{"ref": 2, "topic": "room.2"})
-				if e, _ := a.until("presence-answer"); !strings.Contains(string(e.Answer), `"count":0`) {
-					t.Fatalf("presence of an empty room: %s, want count 0", e)
-				}
-				a.do("presence", map[string]any{"ref": 3, "topic": "plain"})
-				if e, _ := a.until("presence-answer"); e.ErrCode != "no_presence" {
-					t.Fatalf("presence of a topic without presence: %s, want a no_presence rejection", e)
-				}
-			})
-		}
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			cfg := serverConfig()
+			cfg.Presence = server.PresenceConfig{Topics: []string{"room.*"}}
+			srv := startRallyServe(t, mode, cfg)
+			base := "http://" + srv.addr
+			a := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			a.do("subscribe", map[string]any{"topic": "room.1"})
+			a.do("connect", nil)
+			sa, _ := a.until("subscribed")
+			b := startJSClient(t, "node-ws", base, base+"/ws", fastBackoff)
+			b.do("subscribe", map[string]any{"topic": "room.1"})
+			b.do("connect", nil)
+			sb, _ := b.until("subscribed")
+			if sa.Client == "" || sb.Client == "" || sa.Client == sb.Client {
+				t.Fatalf("member ids %q and %q, want two", sa.Client, sb.Client)
+			}
+			if e, _ := a.until("presence"); e.Type != "join" || e.Topic != "room.1" || e.Client != sb.Client {
+				t.Fatalf("presence event %s, want b's join", e)
+			}
+			a.do("presence", map[string]any{"ref": 1, "topic": "room.1"})
+			e, _ := a.until("presence-answer")
+			var answer struct {
+				Count   int
+				Members []struct{ Client, User string }
+			}
+			if err := json.Unmarshal(e.Answer, &answer); err != nil || answer.Count != 2 || len(answer.Members) != 2 {
+				t.Fatalf("presence answer %s, want the two members", e.Answer)
+			}
+			b.do("close", nil)
+			if e, _ := a.until("presence"); e.Type != "leave" || e.Client != sb.Client {
+				t.Fatalf("presence event %s, want b's leave", e)
+			}
+			a.do("presence", map[string]any{"ref": 2, "topic": "room.2"})
+			if e, _ := a.until("presence-answer"); !strings.Contains(string(e.Answer), `"count":0`) {
+				t.Fatalf("presence of an empty room: %s, want count 0", e)
+			}
+			a.do("presence", map[string]any{"ref": 3, "topic": "plain"})
+			if e, _ := a.until("presence-answer"); e.ErrCode != "no_presence" {
+				t.Fatalf("presence of a topic without presence: %s, want a no_presence rejection", e)
+			}
+		})
 	})
 }
 
@@ -379,36 +370,34 @@ func TestJSClientSeesWhoIsSubscribed(t *testing.T) {
 // published in between.
 func TestJSClientResumesFromASavedPosition(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
-		for _, rt := range jsRuntimes {
-			t.Run(rt, func(t *testing.T) {
-				srv := startRallyServe(t, mode, historyConfig(100))
-				base := "http://" + srv.addr
-				first := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				connectAndSubscribe(t, first)
-				publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
-				e, _ := first.until("message")
-				if numbered(t, first, e) != 1 || e.Position == nil {
-					t.Fatalf("first client: %s", e)
+		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
+			srv := startRallyServe(t, mode, historyConfig(100))
+			base := "http://" + srv.addr
+			first := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			connectAndSubscribe(t, first)
+			publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
+			e, _ := first.until("message")
+			if numbered(t, first, e) != 1 || e.Position == nil {
+				t.Fatalf("first client: %s", e)
+			}
+			first.do("close", nil)
+			first.expect("disconnected")
+			for n := 2; n <= 4; n++ {
+				publishHTTP(t, srv.addr, "news", map[string]int{"n": n})
+			}
+			second := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			second.do("subscribe", map[string]any{"topic": "news", "since": e.Position})
+			second.do("connect", nil)
+			s, _ := second.until("subscribed")
+			if !s.Recovering || !s.Recovered || s.Resubscribed || s.Replayed != 3 {
+				t.Fatalf("subscribe with since: %s, want recovered with 3 replayed", s)
+			}
+			for n := 2; n <= 4; n++ {
+				if e := second.expect("message"); numbered(t, second, e) != n {
+					t.Fatalf("replay: %s, want message %d", e, n)
 				}
-				first.do("close", nil)
-				first.expect("disconnected")
-				for n := 2; n <= 4; n++ {
-					publishHTTP(t, srv.addr, "news", map[string]int{"n": n})
-				}
-				second := startJSClient(t, rt, base, base+"/ws", fastBackoff)
-				second.do("subscribe", map[string]any{"topic": "news", "since": e.Position})
-				second.do("connect", nil)
-				s, _ := second.until("subscribed")
-				if !s.Recovering || !s.Recovered || s.Resubscribed || s.Replayed != 3 {
-					t.Fatalf("subscribe with since: %s, want recovered with 3 replayed", s)
-				}
-				for n := 2; n <= 4; n++ {
-					if e := second.expect("message"); numbered(t, second, e) != n {
-						t.Fatalf("replay: %s, want message %d", e, n)
-					}
-				}
-			})
-		}
+			}
+		})
 	})
 }
 
@@ -480,6 +469,7 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 			t.Run(rt, func(t *testing.T) {
 				cfg := historyConfig(5000)
 				cfg.BufferLimit = 64 << 10
+				cfg.SubscriberSendBuffer = 64 << 10 // the default, named: the sizing below counts on it
 				cfg.ShutdownTimeout = 30 * time.Second
 				srv := startRallyServe(t, mode, cfg)
 				proxy := newCutProxy(t, srv.addr)
@@ -488,12 +478,12 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 				connectAndSubscribe(t, c)
 				proxy.Stall()
 				// Twice what the way to the client can hold while stalled: the
-				// server's socket buffer (at most the kernel's tcp_wmem max),
-				// the proxy's, and the server's buffer limit. The padding is
-				// random base64, which permessage-deflate shrinks by a quarter
-				// at most.
+				// server's socket buffer (SubscriberSendBuffer, which the
+				// kernel doubles), the proxy's, and the server's buffer limit.
+				// The padding is random base64, which permessage-deflate
+				// shrinks by a quarter at most.
 				const size = 16 << 10
-				total := 2 * (kernelMaxWriteBuffer(t) + 2*proxyReadBuffer + 32<<10 + cfg.BufferLimit) / (size * 3 / 4)
+				total := 2 * (2*cfg.SubscriberSendBuffer + 2*proxyReadBuffer + 32<<10 + cfg.BufferLimit) / (size * 3 / 4)
 				raw := make([]byte, size*3/4)
 				for n := 1; n <= total; n++ {
 					rand.Read(raw)
@@ -528,19 +518,4 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 			})
 		}
 	})
-}
-
-// kernelMaxWriteBuffer is the most a TCP socket's send buffer grows to on
-// this machine (the last field of net.ipv4.tcp_wmem; 4 MiB if unknown).
-func kernelMaxWriteBuffer(t *testing.T) int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
-	if err != nil {
-		return 4 << 20
-	}
-	f := strings.Fields(string(b))
-	n, err := strconv.Atoi(f[len(f)-1])
-	if err != nil {
-		t.Fatalf("tcp_wmem: %q", b)
-	}
-	return n
 }

@@ -101,19 +101,8 @@ func startBrowserTrusting(t *testing.T, ca *h2CA) context.Context {
 		t.Fatal(err)
 	}
 	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("ignore-certificate-errors-spki-list", base64.StdEncoding.EncodeToString(spki[:])),
-		chromedp.UserDataDir(t.TempDir()),
-	}
+	opts := chromiumOptions(chromiumPath(t), t.TempDir(),
+		chromedp.Flag("ignore-certificate-errors-spki-list", base64.StdEncoding.EncodeToString(spki[:])))
 	limit, cancelLimit := context.WithTimeout(context.Background(), 90*time.Second)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(limit, opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)

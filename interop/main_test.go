@@ -10,10 +10,14 @@ import (
 )
 
 // TestMain fails the run when goroutines outlive the tests: every peer,
-// tap and connection a test starts must be gone once it ends.
+// tap and connection a test starts must be gone once it ends. The
+// Chromium the tests share runs from before the first test to after the
+// last (a run of tests without a browser pays its start, under 3 s).
 func TestMain(m *testing.M) {
 	before := runtime.NumGoroutine()
+	startSharedBrowser()
 	code := m.Run()
+	stopSharedBrowser()
 	if code == 0 {
 		if leaked := leakedGoroutines(before); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines leaked by the interop tests:\n%s\n", leaked)

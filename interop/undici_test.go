@@ -1,37 +1,96 @@
 package interop_test
 
 import (
-	"context"
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
 
-// runUndici runs one case of interop-undici.mjs against the echo server at
-// url and decodes what the client saw.
-func runUndici(t *testing.T, url string, out any, name string, args ...any) {
+// undiciPeer is interop-undici.mjs running against one echo server: one
+// Node process for all the cases of a server mode, since starting Node
+// and undici costs more than most cases take.
+type undiciPeer struct {
+	t       *testing.T
+	stdin   io.WriteCloser
+	stderr  *lockedBuffer
+	results chan []byte
+	exited  chan struct{}
+	lastID  int
+}
+
+// startUndici starts interop-undici.mjs against the echo server at url
+// and stops it when t ends.
+func startUndici(t *testing.T, url string) *undiciPeer {
 	t.Helper()
-	dir := nodeDir(t)
-	argv := []string{"interop-undici.mjs", url, name}
-	if len(args) > 0 {
-		b, _ := json.Marshal(args)
-		argv = append(argv, string(b))
+	cmd := exec.Command(nodePath(t), "interop-undici.mjs", url)
+	cmd.Dir = nodeDir(t)
+	stdin, stdout, stderr := startPiped(t, cmd)
+	p := &undiciPeer{t: t, stdin: stdin, stderr: stderr, results: make(chan []byte, 64), exited: make(chan struct{})}
+	go func() {
+		defer close(p.exited)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case p.results <- append([]byte(nil), sc.Bytes()...):
+			default: // more lines than cases: the test fails on what it got
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stdin.Close() // the peer exits once its last case is done
+		select {
+		case <-p.exited:
+		case <-time.After(waitFor):
+			cmd.Process.Kill()
+		}
+		cmd.Wait()
+	})
+	return p
+}
+
+// run runs one case of interop-undici.mjs in the peer and decodes what
+// the client saw; t is the case's test. A late result of an earlier case
+// that failed is passed over.
+func (p *undiciPeer) run(t *testing.T, out any, name string, args ...any) {
+	t.Helper()
+	if args == nil {
+		args = []any{}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, nodePath(t), argv...)
-	cmd.Dir = dir
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node %s: %v (stdout %q, stderr %q)", strings.Join(argv, " "), err, stdout, stderr.String())
+	p.lastID++
+	id := p.lastID
+	line, _ := json.Marshal(map[string]any{"id": id, "name": name, "args": args})
+	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
+		t.Fatalf("interop-undici.mjs: sending %s: %v (stderr %q)", line, err, p.stderr.String())
 	}
-	if err := json.Unmarshal(stdout, out); err != nil {
-		t.Fatalf("node %s: decoding %q: %v", strings.Join(argv, " "), stdout, err)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case r := <-p.results:
+			var got struct {
+				ID     int             `json:"id"`
+				Result json.RawMessage `json:"result"`
+			}
+			if err := json.Unmarshal(r, &got); err != nil {
+				t.Fatalf("interop-undici.mjs %s: decoding %q: %v", line, r, err)
+			}
+			if got.ID != id {
+				continue
+			}
+			if err := json.Unmarshal(got.Result, out); err != nil {
+				t.Fatalf("interop-undici.mjs %s: decoding %q: %v", line, got.Result, err)
+			}
+			return
+		case <-p.exited:
+			t.Fatalf("interop-undici.mjs exited during %s (stderr %q)", line, p.stderr.String())
+		case <-deadline:
+			t.Fatalf("interop-undici.mjs: no result for %s within 30s (stderr %q)", line, p.stderr.String())
+		}
 	}
 }
 
@@ -42,7 +101,7 @@ func runUndici(t *testing.T, url string, out any, name string, args ...any) {
 func TestUndiciClientTalksToRallyServer(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
 		httpURL, ends := echoServer(t, mode)
-		url := "ws" + strings.TrimPrefix(httpURL, "http") + "/ws"
+		undici := startUndici(t, "ws"+strings.TrimPrefix(httpURL, "http")+"/ws")
 
 		t.Run("connects without extensions or subprotocol", func(t *testing.T) {
 			var r struct {
@@ -52,7 +111,7 @@ func TestUndiciClientTalksToRallyServer(t *testing.T) {
 				Close      closeEvent `json:"close"`
 				Error      string     `json:"error"`
 			}
-			runUndici(t, url, &r, "connect")
+			undici.run(t, &r, "connect")
 			if r.Error != "" || r.ReadyState != 1 || r.Protocol != "" || r.Extensions != "" {
 				t.Errorf("undici saw %+v, want open (1) with no protocol and no extensions", r)
 			}
@@ -82,7 +141,7 @@ func TestUndiciClientTalksToRallyServer(t *testing.T) {
 					Close  closeEvent `json:"close"`
 					Error  string     `json:"error"`
 				}
-				runUndici(t, url, &r, "echo", c.kind)
+				undici.run(t, &r, "echo", c.kind)
 				if r.Error != "" || r.Type != c.wantType || !r.Equal || r.Length != c.wantLen {
 					t.Errorf("undici saw %+v, want %s of length %d, equal to what it sent", r, c.wantType, c.wantLen)
 				}
@@ -106,7 +165,7 @@ func TestUndiciClientTalksToRallyServer(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("client closes with %d and a reason of %d bytes", c.code, len(c.reason)), func(t *testing.T) {
 				var r closeEvent
-				runUndici(t, url, &r, "close", c.code, c.reason)
+				undici.run(t, &r, "close", c.code, c.reason)
 				// rally echoes the client's code and reason.
 				want := closeEvent{Code: int(c.server), Reason: c.reason, WasClean: true}
 				if r != want {
@@ -130,7 +189,7 @@ func TestUndiciClientTalksToRallyServer(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				var r closeEvent
-				runUndici(t, url, &r, "serverClose", c.command)
+				undici.run(t, &r, "serverClose", c.command)
 				if r != c.want {
 					t.Errorf("CloseEvent %+v, want %+v", r, c.want)
 				}

@@ -1,15 +1,18 @@
 // interop-undici.mjs runs undici's WebSocket client (the WHATWG API of
 // Node.js) against a rally echo server for rally's Go interop tests.
 //
-//   node interop-undici.mjs URL CASE [ARGS_JSON]
+//   node interop-undici.mjs URL
 //
-// It prints one JSON object: what the client saw. The server echoes every
+// It reads one case a line on stdin, {"id": N, "name": CASE, "args": [...]},
+// runs it on a new WebSocket to URL and writes one JSON line, {"id": N,
+// "result": what the client saw}. Cases run one at a time, in the order they came; the process exits
+// once stdin closes and the last case is done. The server echoes every
 // message; a text "close CODE REASON" makes it close with that code and
 // reason, and "bad-utf8" makes it send a text frame that is not UTF-8.
+import readline from "node:readline";
 import { WebSocket } from "undici";
 
-const [url, name, argsJSON] = process.argv.slice(2);
-const args = argsJSON ? JSON.parse(argsJSON) : [];
+const [url] = process.argv.slice(2);
 
 function connect(binaryType) {
   return new Promise((resolve, reject) => {
@@ -98,14 +101,34 @@ const cases = {
   },
 };
 
-const timer = setTimeout(() => {
-  console.log(JSON.stringify({ error: "no result within 20s" }));
-  process.exit(1);
-}, 20000);
-try {
-  console.log(JSON.stringify(await cases[name](...args)));
-} catch (e) {
-  console.log(JSON.stringify({ error: String(e) }));
+// run runs one case; a case with no result within 20 s reports that.
+async function run(name, args) {
+  let timer;
+  const late = new Promise((resolve) => {
+    timer = setTimeout(() => resolve({ error: "no result within 20s" }), 20000);
+  });
+  try {
+    return await Promise.race([cases[name](...args), late]);
+  } catch (e) {
+    return { error: String(e) };
+  } finally {
+    clearTimeout(timer);
+  }
 }
-clearTimeout(timer);
-process.exit(0);
+
+let done = Promise.resolve();
+const rl = readline.createInterface({ input: process.stdin });
+rl.on("line", (line) => {
+  done = done.then(async () => {
+    let id, result;
+    try {
+      const c = JSON.parse(line);
+      id = c.id;
+      result = await run(c.name, c.args ?? []);
+    } catch (e) {
+      result = { error: String(e) };
+    }
+    console.log(JSON.stringify({ id, result }));
+  });
+});
+rl.on("close", () => done.then(() => process.exit(0)));

@@ -393,8 +393,22 @@ export class Client extends Emitter {
       return;
     }
     this.#ws = ws;
-    ws.onerror = ignore; // the close event that follows says what happened
     let opened = false;
+    // ended ends this try, or this connection once it opened.
+    const ended = (code, reason) => {
+      this.#drop();
+      if (!opened || (code === 1008 && reason === "token expired")) this.#tokenStale = true;
+      this.#lastClose = { code, reason };
+      if (opened) this[emit]("disconnected", { code, reason, reconnect: this.state !== "closed" });
+      this.#retry();
+    };
+    // Browsers and npm ws follow an error with a close event, which says
+    // what happened. Node 20's WebSocket fires only the error when the
+    // handshake fails (refused, or the TCP connection closed): an error
+    // before the open ends the try at once, as the close (1006) would.
+    ws.onerror = () => {
+      if (this.#ws === ws && !opened) ended(1006, "");
+    };
     this.#handshakeTimer = setTimeout(() => {
       if (this.#ws !== ws) return;
       this.#drop();
@@ -424,14 +438,7 @@ export class Client extends Emitter {
       this.#dispatch(m);
     };
     ws.onclose = (e) => {
-      if (this.#ws !== ws) return;
-      const code = e.code ?? 1006;
-      const reason = e.reason ?? "";
-      this.#drop();
-      if (!opened || (code === 1008 && reason === "token expired")) this.#tokenStale = true;
-      this.#lastClose = { code, reason };
-      if (opened) this[emit]("disconnected", { code, reason, reconnect: this.state !== "closed" });
-      this.#retry();
+      if (this.#ws === ws) ended(e.code ?? 1006, e.reason ?? "");
     };
   }
 
