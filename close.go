@@ -138,10 +138,11 @@ func (c *Conn) queueClose(payload []byte, flush bool) bool {
 	}
 	f := c.frameLocked(frame.OpClose, true, payload, CompressNever, false)
 	var err error
-	c.wr.closeSeq, err = c.enqueueLocked(&f, flush || !c.corkedLocked(g), false)
+	m := c.wr.moreLocked()
+	m.closeSeq, err = c.enqueueLocked(&f, flush || !c.corkedLocked(g), false)
 	q.closed = true
 	if err == nil {
-		c.wr.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
+		m.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
 	}
 	c.unlockWrite()
 	return true
@@ -169,7 +170,7 @@ func (c *Conn) closeTimedOut() {
 func (c *Conn) linger() {
 	if c.server {
 		c.wr.mu.Lock()
-		seq := c.wr.closeSeq
+		seq := c.wr.closeSeqLocked()
 		c.unlockWrite()
 		c.waitFlushed(context.Background(), seq)
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
@@ -219,9 +220,14 @@ func (c *Conn) finish(ce *CloseError) {
 			fns, keepalive = x.onClose, x.keepalive
 			x.onClose = nil
 		}
-		for _, t := range []*time.Timer{c.wr.closeTimer, keepalive, c.wr.stall} {
-			if t != nil {
-				t.Stop()
+		if keepalive != nil {
+			keepalive.Stop()
+		}
+		if m := c.wr.more; m != nil {
+			for _, t := range []*time.Timer{m.closeTimer, m.stall} {
+				if t != nil {
+					t.Stop()
+				}
 			}
 		}
 		c.unlockWrite()

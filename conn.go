@@ -62,36 +62,40 @@ type writeSide struct {
 	mu         sync.Mutex
 	q          sendQueue
 	hdr        [frame.MaxHeaderSize]byte
-	flushing   bool  // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
-	drainArmed bool  // a send was queued under backpressure
-	err        error // once set, every send fails with it
-	progress   chan struct{}
+	flushing   bool   // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
+	drainArmed bool   // a send was queued under backpressure
+	err        error  // once set, every send fails with it
 	taken      uint64 // bytes the transport took, ever: progress for the stall timer
-	stall      *time.Timer
+	lastPing   int64  // when the keepalive last pinged (unix ns)
 
 	more     *writeMore // made on first use: what an idle connection never needs
 	corks    *corkState // made by the first cork
 	loopMark uint64     // the loop turn that gathered sends to this connection, unless its own loop (gatherLocked)
 
-	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
-	closeSeq   uint64
-	closeTimer *time.Timer
-	lastPing   time.Time
+	charged atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
 }
 
 // writeMore is the write side's state that an idle connection never
 // needs, made on first use under the write lock (writeSide.moreLocked):
-// the flusher's, a streaming Writer's, the completions' spare slice.
+// the flusher's, a streaming Writer's, the completions' spare slice, a
+// waiting writer's, the write-stall timer's and the close handshake's.
+// It is kept once made: a connection that needed it once (it queued under
+// backpressure, streamed, or is closing) is likely to need it again, and
+// what it holds while unused (timers stopped, slices emptied) is small.
 type writeMore struct {
-	flushFn func()         // c.flushLoop, made once
-	until   uint64         // the flusher's goal: frame until has left (0: the queue is empty)
-	stepErr error          // the transport's error seen by flushStep
-	stallAt uint64         // taken when the stall timer was last armed
-	spare   []doneCall     // the completions' slice, kept between batches
-	slot    chan struct{}  // held by a streaming Writer
-	writer  *messageWriter // made by the first Writer
-	streamZ bool           // the streamed message is compressed
-	filed   int64          // what the memory budget files the queue under (chargeQueueLocked)
+	flushFn    func()         // c.flushLoop, made once
+	until      uint64         // the flusher's goal: frame until has left (0: the queue is empty)
+	stepErr    error          // the transport's error seen by flushStep
+	stallAt    uint64         // taken when the stall timer was last armed
+	stall      *time.Timer    // the write-stall timer (ConnOptions.WriteStallTimeout)
+	progress   chan struct{}  // closed when the queue moves, for the writers waiting for it
+	spare      []doneCall     // the completions' slice, kept between batches
+	slot       chan struct{}  // held by a streaming Writer
+	writer     *messageWriter // made by the first Writer
+	streamZ    bool           // the streamed message is compressed
+	filed      int64          // what the memory budget files the queue under (chargeQueueLocked)
+	closeSeq   uint64         // the close frame's sequence number, once queued
+	closeTimer *time.Timer    // cuts the close handshake short (ConnOptions.CloseTimeout)
 }
 
 // moreLocked returns the write side's cold state, made the first time.
@@ -100,6 +104,15 @@ func (w *writeSide) moreLocked() *writeMore {
 		w.more = new(writeMore)
 	}
 	return w.more
+}
+
+// closeSeqLocked is the close frame's sequence number, or 0 if none was
+// queued.
+func (w *writeSide) closeSeqLocked() uint64 {
+	if w.more == nil {
+		return 0
+	}
+	return w.more.closeSeq
 }
 
 // closeSide is how the connection ends.
@@ -152,7 +165,6 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 	if subprotocol != "" {
 		c.extras().subprotocol = subprotocol
 	}
-	c.dl.c = c
 	c.rd.sem = make(chan struct{}, 1)
 	c.rd.in = buffered
 	c.opts = sharedOptions(o)

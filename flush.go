@@ -279,9 +279,9 @@ func (c *Conn) noteWaitingLocked() {
 }
 
 func (c *Conn) wakeLocked() {
-	if c.wr.progress != nil {
-		close(c.wr.progress)
-		c.wr.progress = nil
+	if m := c.wr.more; m != nil && m.progress != nil {
+		close(m.progress)
+		m.progress = nil
 	}
 }
 
@@ -355,12 +355,13 @@ func (c *Conn) armStallLocked() {
 	if d <= 0 {
 		return
 	}
-	c.wr.moreLocked().stallAt = c.wr.taken
-	if c.wr.stall == nil {
-		c.wr.stall = time.AfterFunc(d, c.checkStall)
+	m := c.wr.moreLocked()
+	m.stallAt = c.wr.taken
+	if m.stall == nil {
+		m.stall = time.AfterFunc(d, c.checkStall)
 		return
 	}
-	c.wr.stall.Reset(d)
+	m.stall.Reset(d)
 }
 
 // checkStall ends the connection when bytes have waited a whole period
@@ -373,7 +374,7 @@ func (c *Conn) checkStall() {
 	}
 	if m := c.wr.moreLocked(); c.wr.taken != m.stallAt {
 		m.stallAt = c.wr.taken
-		c.wr.stall.Reset(c.opts.WriteStallTimeout)
+		m.stall.Reset(c.opts.WriteStallTimeout)
 		c.wr.mu.Unlock()
 		return
 	}

@@ -20,7 +20,7 @@ func IdleHoldings(c *Conn) []string {
 	add(c.rd.p.ctl != nil, "a control frame buffer")
 	c.wr.mu.Lock()
 	add(c.wr.q.buf != nil || c.wr.q.held != nil, "a send queue buffer")
-	add(c.wr.closeTimer != nil || c.wr.stall != nil, "a write-side timer")
+	add(c.wr.more != nil && (c.wr.more.closeTimer != nil || c.wr.more.stall != nil), "a write-side timer")
 	add(c.wr.corks != nil, "cork state")
 	if ok {
 		add(t.armed, "a wait for writability")

@@ -797,7 +797,7 @@ func (l *loop) windDown(t *loopTransport) {
 	c := t.c
 	if !t.shut {
 		c.wr.mu.Lock()
-		left := c.wr.q.doneSeq >= c.wr.closeSeq || c.wr.err != nil
+		left := c.wr.q.doneSeq >= c.wr.closeSeqLocked() || c.wr.err != nil
 		switch {
 		case left && t.muted:
 			t.muted = false
