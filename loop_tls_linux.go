@@ -99,7 +99,7 @@ func (c *Conn) toLoopTLS(tt *tlsTransport, l *loop) bool {
 		return false
 	}
 	orig := tt.s.Conn
-	lt := &loopTransport{fd: fd, c: c, l: l}
+	lt := &loopTransport{fd: int32(fd), c: c, l: l}
 	lt.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
 	lt.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	tt.s.rc = loopFd{lt}
