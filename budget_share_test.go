@@ -131,17 +131,19 @@ func (m *shareModel) check(t *rapid.T) {
 			continue
 		}
 		own := int64(0)
-		if c.q.buf != nil {
-			own += int64(cap(*c.q.buf))
-		}
-		for i := c.q.first; i < len(c.q.recs); i++ {
-			if ch := c.q.recs[i].chunk; ch != nil {
-				own += int64(cap(*ch))
+		if l := c.q.queueLane; l != nil {
+			if l.buf != nil {
+				own += int64(cap(*l.buf))
 			}
-		}
-		if len(c.seqs) > 0 {
-			// Frames wait: their records are charged too.
-			own += int64(cap(c.q.recs) * recordSize)
+			for i := l.first; i < len(l.recs); i++ {
+				if ch := l.recs[i].chunk; ch != nil {
+					own += int64(cap(*ch))
+				}
+			}
+			if len(c.seqs) > 0 {
+				// Frames wait: their records are charged too.
+				own += int64(cap(l.recs) * recordSize)
+			}
 		}
 		for i, b := range m.budgets {
 			if b == c.budget {

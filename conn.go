@@ -28,6 +28,7 @@ type Conn struct {
 	waiting atomic.Int32
 	opts    *ConnOptions // shared, never written (see sharedOptions)
 	z       *compression // permessage-deflate, when negotiated
+	data    any          // Conn.Data; set before the connection is served, then never written
 
 	rd readSide  // owned by whoever holds rd.sem
 	wr writeSide // guarded by wr.mu
@@ -128,7 +129,6 @@ type closeSide struct {
 // it costs less memory.
 type connExtras struct {
 	subprotocol string              // set by newConn, then never written
-	data        any                 // Conn.Data; set before the connection is served
 	reader      *messageReader      // owned by whoever holds rd.sem
 	keepalive   *time.Timer         // the ping and idle timer (goroutine mode); guarded by wr.mu
 	onClose     []func(*CloseError) // guarded by wr.mu
@@ -207,21 +207,10 @@ func (c *Conn) Subprotocol() string {
 
 // Data returns the value attached to the connection when it was accepted
 // (see Server.Upgrade), or nil.
-func (c *Conn) Data() any {
-	if x := c.x.Load(); x != nil {
-		return x.data
-	}
-	return nil
-}
+func (c *Conn) Data() any { return c.data }
 
 // setData attaches v to the connection (Conn.Data), before it is served.
-func (c *Conn) setData(v any) {
-	if v != nil {
-		c.extras().data = v
-	} else if x := c.x.Load(); x != nil {
-		x.data = nil
-	}
-}
+func (c *Conn) setData(v any) { c.data = v }
 
 // LocalAddr returns the local network address.
 func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }

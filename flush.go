@@ -54,7 +54,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 			seq = q.pushTakenShare(n, nil, f.payload[n-len(f.hdr):], f.shared, f.share, false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
-		q.ahead = c.t.aheadOfKernel()
+		q.setAhead(c.t.aheadOfKernel())
 		q.blocked = c.t.canTry()
 		if !inline {
 			c.startFlusher()
@@ -221,6 +221,9 @@ func (c *Conn) flushStep() bool {
 func (c *Conn) claimSegment() []byte {
 	q := &c.wr.q
 	p := q.segment()
+	if len(p) == 0 {
+		return nil
+	}
 	if len(p) > streamChunk {
 		p = p[:streamChunk]
 	}
@@ -231,7 +234,9 @@ func (c *Conn) claimSegment() []byte {
 // wroteSegment records the blocking write of the claimed chunk.
 func (c *Conn) wroteSegment(n int, err error) error {
 	q := &c.wr.q
-	q.busy = 0
+	if q.queueLane != nil {
+		q.busy = 0
+	}
 	if c.wr.err != nil {
 		// The queue failed meanwhile (CloseNow): what was written is moot.
 		q.releaseIfEmpty()
@@ -246,12 +251,12 @@ func (c *Conn) wroteSegment(n int, err error) error {
 
 // advanceLocked records that the transport took n more bytes of the queue.
 func (c *Conn) advanceLocked(n int) {
-	c.wr.q.ahead = c.t.aheadOfKernel()
+	c.wr.q.setAhead(c.t.aheadOfKernel())
 	if n == 0 {
 		return
 	}
 	c.wr.q.advance(n)
-	c.wr.q.ahead = c.t.aheadOfKernel()
+	c.wr.q.setAhead(c.t.aheadOfKernel())
 	c.wr.taken += uint64(n)
 	c.noteWaitingLocked()
 	c.wakeLocked()
@@ -400,7 +405,10 @@ func (c *Conn) chargeQueueLocked(b *MemoryBudget) {
 		}
 		c.wr.charged.Store(now)
 	}
-	kept := now + int64(q.shared)
+	kept := now
+	if q.queueLane != nil {
+		kept += int64(q.shared)
+	}
 	var filed int64
 	if c.wr.more != nil {
 		filed = c.wr.more.filed

@@ -19,7 +19,7 @@ func IdleHoldings(c *Conn) []string {
 	add(c.rd.msg.buf != nil, "a message buffer")
 	add(c.rd.p.ctl != nil, "a control frame buffer")
 	c.wr.mu.Lock()
-	add(c.wr.q.buf != nil || c.wr.q.held != nil, "a send queue buffer")
+	add(c.wr.q.queueLane != nil || c.wr.q.held != nil, "a send queue lane or buffer")
 	add(c.wr.more != nil && (c.wr.more.closeTimer != nil || c.wr.more.stall != nil), "a write-side timer")
 	add(c.wr.corks != nil, "cork state")
 	if ok {
@@ -28,7 +28,7 @@ func IdleHoldings(c *Conn) []string {
 	c.wr.mu.Unlock()
 	x := c.x.Load()
 	add(x != nil && x.keepalive != nil, "a keepalive timer")
-	add(x != nil, "extras (subprotocol, data, reader, OnClose, keepalive)")
+	add(x != nil, "extras (subprotocol, reader, OnClose, keepalive)")
 	add(c.dl.st.Load() != nil, "deadline watch state")
 	add(c.cl.done.Load() != nil, "a Done channel")
 	add(c.z != nil, "compression state")

@@ -416,7 +416,7 @@ func (c *Conn) keepaliveToLoop(t *loopTransport) {
 	x.keepalive.Stop()
 	x.keepalive = nil
 	t.swept = true
-	if x.subprotocol == "" && x.data == nil && x.reader == nil && x.onClose == nil {
+	if x.subprotocol == "" && x.reader == nil && x.onClose == nil {
 		c.x.Store(nil) // nothing else was needed: the connection holds none
 	}
 }

@@ -89,7 +89,7 @@ func (c *Conn) sendPong(payload []byte) {
 			return
 		}
 		q.pushTaken(k, f[k:], nil, false, true, true, nil)
-		q.ahead = c.t.aheadOfKernel()
+		q.setAhead(c.t.aheadOfKernel())
 		q.blocked = c.t.canTry()
 		c.startFlusher()
 		return
