@@ -142,7 +142,7 @@ func (c *Conn) recoverCallback() {
 // 1011, without waiting.
 func (c *Conn) callbackPanicked(v any) {
 	c.logger().Error("rally: panic in a connection callback; closing with 1011",
-		"remote", c.nc.RemoteAddr().String(), "panic", fmt.Sprint(v))
+		"remote", c.netConn().RemoteAddr().String(), "panic", fmt.Sprint(v))
 	c.closeWithCode(frame.CloseInternalError, "")
 }
 

@@ -19,8 +19,7 @@ import (
 // goroutine at a time; a second concurrent reader waits for the first. A
 // Conn served by a Server is read by the Server; the read methods refuse.
 type Conn struct {
-	nc     net.Conn
-	t      transport
+	t      transport // and through it the net.Conn (transport.netConn)
 	server bool
 	// waiting is what waits for a peer that takes nothing, as sends see it
 	// without the write lock (see noteWaitingLocked); it sits in the
@@ -119,9 +118,8 @@ func (w *writeSide) closeSeqLocked() uint64 {
 // closeSide is how the connection ends.
 type closeSide struct {
 	done    atomic.Pointer[chan struct{}] // made by the first Done; closed (or closedChan) once ended
-	final   *CloseError
-	readEnd atomic.Pointer[CloseError] // the read side's end, once it came with a close frame
-	once    sync.Once
+	final   atomic.Pointer[CloseError]    // how the connection ended: set once, by the finish that ends it
+	readEnd atomic.Pointer[CloseError]    // the read side's end, once it came with a close frame
 }
 
 // connExtras is the state few connections need, made on first use (see
@@ -158,7 +156,6 @@ type callbackState struct {
 // unmasks payload in place there.
 func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *ConnOptions) *Conn {
 	c := &Conn{
-		nc:     nc,
 		t:      newTransport(nc),
 		server: server,
 	}
@@ -213,10 +210,13 @@ func (c *Conn) Data() any { return c.data }
 func (c *Conn) setData(v any) { c.data = v }
 
 // LocalAddr returns the local network address.
-func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+func (c *Conn) LocalAddr() net.Addr { return c.netConn().LocalAddr() }
 
 // RemoteAddr returns the peer's network address.
-func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+func (c *Conn) RemoteAddr() net.Addr { return c.netConn().RemoteAddr() }
+
+// netConn is the network connection under c.
+func (c *Conn) netConn() net.Conn { return c.t.netConn() }
 
 // Done returns a channel that is closed once the connection has ended
 // (close handshake finished, failed, or cut).

@@ -101,8 +101,8 @@ func (d *deadlineWatch) unwatch(s watchSlot) {
 
 func (st *deadlineState) set(s watchSlot, t time.Time) {
 	if s == readDeadline {
-		st.c.nc.SetReadDeadline(t)
+		st.c.netConn().SetReadDeadline(t)
 	} else {
-		st.c.nc.SetWriteDeadline(t)
+		st.c.netConn().SetWriteDeadline(t)
 	}
 }

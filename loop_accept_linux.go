@@ -285,7 +285,6 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 func (c *Conn) useLoopTransport(t *loopTransport) {
 	t.c = c
 	c.t = t
-	c.nc = t
 	c.drive() // only the loop reads
 	c.wr.mu.Lock()
 	c.keepaliveToLoop(t)

@@ -390,12 +390,11 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 		c.wr.mu.Unlock()
 		return false
 	}
-	orig := c.nc
+	orig := c.netConn()
 	t := &loopTransport{fd: int32(fd), c: c, l: l}
 	t.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
 	t.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
-	c.nc = t
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
 	c.drive()
@@ -1060,7 +1059,7 @@ func (l *loop) closePending() {
 			t.held = nil
 		}
 		if s := l.srv; s.Close != nil {
-			c.callClose(s.Close, c.cl.final)
+			c.callClose(s.Close, c.cl.final.Load())
 		}
 		l.srv.set.remove(c)
 		l.grp.mu.Lock()
@@ -1169,6 +1168,7 @@ func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
 }
 
 func (t *loopTransport) canTry() bool       { return true }
+func (t *loopTransport) netConn() net.Conn  { return t }
 func (t *loopTransport) resumable() bool    { return true }
 func (t *loopTransport) aheadOfKernel() int { return 0 }
 

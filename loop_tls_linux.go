@@ -103,8 +103,7 @@ func (c *Conn) toLoopTLS(tt *tlsTransport, l *loop) bool {
 	lt.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
 	lt.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	tt.s.rc = loopFd{lt}
-	c.t = &loopTLSTransport{loopTransport: lt, tt: tt}
-	c.nc = lt // closing is the loop's: no close_notify, as tlsSocket.Close in engine mode
+	c.t = &loopTLSTransport{loopTransport: lt, tt: tt} // its netConn is lt: closing is the loop's, no close_notify, as tlsSocket.Close in engine mode
 	c.drive()
 	c.keepaliveToLoop(lt)
 	c.wr.mu.Unlock()

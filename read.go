@@ -433,7 +433,7 @@ func (c *Conn) violated(err error) error {
 // ioEnd turns a read error into how the connection ended.
 func (c *Conn) ioEnd(err error) *CloseError {
 	if c.isDone() {
-		return c.cl.final
+		return c.cl.final.Load()
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
