@@ -92,10 +92,12 @@ func (m *shareModel) took(c *shareConn, k int) {
 // as unlockWrite does.
 func (m *shareModel) settle() {
 	for _, c := range m.conns {
-		for _, d := range c.q.dones {
-			d.f(d.err)
+		if c.q.dones != nil {
+			for _, d := range c.q.dones.calls {
+				d.f(d.err)
+			}
+			c.q.dones.calls = c.q.dones.calls[:0]
 		}
-		c.q.dones = c.q.dones[:0]
 		if c.budget == nil {
 			continue
 		}

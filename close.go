@@ -168,7 +168,7 @@ func (c *Conn) closeTimedOut() {
 // lingerBytes. The close timer bounds the whole. The caller holds the read
 // lock.
 func (c *Conn) linger() {
-	if c.server {
+	if c.rd.p.server {
 		c.wr.mu.Lock()
 		seq := c.wr.closeSeqLocked()
 		c.unlockWrite()

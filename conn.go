@@ -19,22 +19,20 @@ import (
 // goroutine at a time; a second concurrent reader waits for the first. A
 // Conn served by a Server is read by the Server; the read methods refuse.
 type Conn struct {
-	t      transport // and through it the net.Conn (transport.netConn)
-	server bool
-	// waiting is what waits for a peer that takes nothing, as sends see it
-	// without the write lock (see noteWaitingLocked); it sits in the
-	// padding after server.
-	waiting atomic.Int32
-	opts    *ConnOptions // shared, never written (see sharedOptions)
-	z       *compression // permessage-deflate, when negotiated
-	data    any          // Conn.Data; set before the connection is served, then never written
+	t    transport    // and through it the net.Conn (transport.netConn)
+	opts *ConnOptions // shared, never written (see sharedOptions)
+	z    *compression // permessage-deflate, when negotiated
+	data any          // Conn.Data; set before the connection is served, then never written
 
 	rd readSide  // owned by whoever holds rd.sem
 	wr writeSide // guarded by wr.mu
 	cl closeSide
 	cb callbackState
-	dl deadlineWatch
-	x  atomic.Pointer[connExtras] // made by the first use of one of its parts
+	// waiting is what waits for a peer that takes nothing, as sends see it
+	// without the write lock (see noteWaitingLocked); it packs with cb.
+	waiting atomic.Int32
+	dl      deadlineWatch
+	x       atomic.Pointer[connExtras] // made by the first use of one of its parts
 }
 
 // readSide is the state of receiving, owned by the goroutine that holds
@@ -77,7 +75,7 @@ type writeSide struct {
 
 // writeMore is the write side's state that an idle connection never
 // needs, made on first use under the write lock (writeSide.moreLocked):
-// the flusher's, a streaming Writer's, the completions' spare slice, a
+// the flusher's, a streaming Writer's, a
 // waiting writer's, the write-stall timer's and the close handshake's.
 // It is kept once made: a connection that needed it once (it queued under
 // backpressure, streamed, or is closing) is likely to need it again, and
@@ -89,7 +87,6 @@ type writeMore struct {
 	stallAt    uint64         // taken when the stall timer was last armed
 	stall      *time.Timer    // the write-stall timer (ConnOptions.WriteStallTimeout)
 	progress   chan struct{}  // closed when the queue moves, for the writers waiting for it
-	spare      []doneCall     // the completions' slice, kept between batches
 	slot       chan struct{}  // held by a streaming Writer
 	writer     *messageWriter // made by the first Writer
 	streamZ    bool           // the streamed message is compressed
@@ -144,10 +141,15 @@ func (c *Conn) extras() *connExtras {
 
 // callbackState serialises a connection's callbacks (see callback.go).
 type callbackState struct {
-	mu           sync.Mutex
-	running      atomic.Bool // a callback is running (where goroutines cannot be told apart)
-	drainPending atomic.Bool
+	mu    sync.Mutex
+	flags atomic.Uint32 // callbackRunning, drainPending
 }
+
+// The flags of callbackState.
+const (
+	callbackRunning = 1 << iota // a callback is running (where goroutines cannot be told apart)
+	drainPending                // OnDrain is due (see runPendingDrain)
+)
 
 // newConn starts a connection over nc once the opening handshake is done.
 // buffered holds the bytes already read past the handshake (an eager client's
@@ -155,10 +157,7 @@ type callbackState struct {
 // WebSocket stream, read before nc. newConn takes ownership of them: rally
 // unmasks payload in place there.
 func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *ConnOptions) *Conn {
-	c := &Conn{
-		t:      newTransport(nc),
-		server: server,
-	}
+	c := &Conn{t: newTransport(nc)}
 	if subprotocol != "" {
 		c.extras().subprotocol = subprotocol
 	}

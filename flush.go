@@ -42,7 +42,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 			q.doneSeq = q.seq
 			c.wr.taken += uint64(n)
 			if f.done != nil {
-				q.dones = append(q.dones, doneCall{f.done, nil})
+				q.addDone(f.done, nil)
 			}
 			return q.seq, nil
 		}
@@ -72,7 +72,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	if f.done != nil {
 		if q.doneSeq >= seq {
-			q.dones = append(q.dones, doneCall{f.done, nil})
+			q.addDone(f.done, nil)
 		} else {
 			q.setDone(seq, f.done)
 		}
@@ -151,7 +151,7 @@ func (c *Conn) flushLoop() {
 			c.endAbnormal(err)
 			return
 		}
-		if len(c.wr.q.dones) > 0 {
+		if c.wr.q.pendingDones() > 0 {
 			c.wr.flushing = false
 			c.unlockWrite()
 			c.wr.mu.Lock()
@@ -210,7 +210,7 @@ func (c *Conn) flushStep() bool {
 			return false
 		}
 		c.advanceLocked(n)
-		if c.wr.more.until == 0 && len(q.dones) > 0 {
+		if c.wr.more.until == 0 && q.pendingDones() > 0 {
 			return true
 		}
 	}
@@ -329,23 +329,23 @@ func (c *Conn) unlockWrite() {
 	if drain {
 		c.wr.drainArmed = false
 	}
-	if len(q.dones) == 0 {
+	if q.pendingDones() == 0 {
 		c.wr.mu.Unlock()
 		if drain {
 			c.drained()
 		}
 		return
 	}
-	dones := q.dones
-	m := c.wr.moreLocked()
-	q.dones = m.spare[:0]
-	m.spare = nil
+	d := q.dones
+	dones := d.calls
+	d.calls = d.spare[:0]
+	d.spare = nil
 	c.wr.mu.Unlock()
 	c.runDones(dones)
 	// Keep the slice for the next completions: no allocation per send.
 	c.wr.mu.Lock()
-	if m.spare == nil {
-		m.spare = dones[:0]
+	if d.spare == nil {
+		d.spare = dones[:0]
 	}
 	c.wr.mu.Unlock()
 	if drain {

@@ -90,7 +90,33 @@ type sendQueue struct {
 	closed       bool
 	budget       uint32 // the id of the connection's memory budget, which shared frames are charged to; 0: none
 
-	dones []doneCall
+	dones *doneList // made by the first completion
+}
+
+// doneList is a queue's completions: those collected to run once the
+// write lock is released (calls), and the slice kept for the next batch
+// while they run (spare). It is made by the first completion and kept: a
+// connection whose sends ask for completions goes on asking, and keeping
+// both slices between batches is what spares each send an allocation.
+type doneList struct {
+	calls []doneCall
+	spare []doneCall
+}
+
+// addDone collects a completion (invariant 2).
+func (q *sendQueue) addDone(f func(error), err error) {
+	if q.dones == nil {
+		q.dones = new(doneList)
+	}
+	q.dones.calls = append(q.dones.calls, doneCall{f, err})
+}
+
+// pendingDones is the number of completions collected and not yet run.
+func (q *sendQueue) pendingDones() int {
+	if q.dones == nil {
+		return 0
+	}
+	return len(q.dones.calls)
 }
 
 // queueLane is the main lane's state: borrowed from lanes by the first
@@ -506,7 +532,7 @@ func (q *sendQueue) failHeldRecs(err error) {
 	}
 	for i := range q.held.recs {
 		if d := q.held.recs[i].done; d != nil {
-			q.dones = append(q.dones, doneCall{d, err})
+			q.addDone(d, err)
 		}
 	}
 }
@@ -595,7 +621,7 @@ func (q *sendQueue) advance(n int) {
 			q.doneSeq = r.seq
 		}
 		if r.done != nil {
-			q.dones = append(q.dones, doneCall{r.done, nil})
+			q.addDone(r.done, nil)
 			r.done = nil
 		}
 		q.dropRef(r)
@@ -666,7 +692,7 @@ func (q *sendQueue) fail(err error) {
 	for i := q.first; i < len(q.recs); i++ {
 		r := &q.recs[i]
 		if r.done != nil {
-			q.dones = append(q.dones, doneCall{r.done, err})
+			q.addDone(r.done, err)
 			r.done = nil
 		}
 		q.dropRef(r)

@@ -65,10 +65,13 @@ func (m *qmodel) done(f *qframe) func(error) {
 }
 
 func (m *qmodel) runDones() {
-	for _, d := range m.q.dones {
+	if m.q.dones == nil {
+		return
+	}
+	for _, d := range m.q.dones.calls {
 		d.f(d.err)
 	}
-	m.q.dones = m.q.dones[:0]
+	m.q.dones.calls = m.q.dones.calls[:0]
 }
 
 func (m *qmodel) endStream(t *rapid.T) {

@@ -339,7 +339,7 @@ func (c *Conn) abandonLocked(ctx context.Context, seq uint64) (fail bool, err er
 	}
 	if done, ok := c.wr.q.withdraw(seq); ok {
 		if done != nil {
-			c.wr.q.dones = append(c.wr.q.dones, doneCall{done, ctx.Err()})
+			c.wr.q.addDone(done, ctx.Err())
 		}
 		return false, ctx.Err()
 	}
