@@ -90,7 +90,7 @@ type writeMore struct {
 	slot       chan struct{}  // held by a streaming Writer
 	writer     *messageWriter // made by the first Writer
 	streamZ    bool           // the streamed message is compressed
-	filed      int64          // what the memory budget files the queue under (chargeQueueLocked)
+	filed      int64          // the size the memory budget last filed the queue under, whose bucket (queueBucket) is what counts (chargeQueueLocked)
 	closeSeq   uint64         // the close frame's sequence number, once queued
 	closeTimer *time.Timer    // cuts the close handshake short (ConnOptions.CloseTimeout)
 }

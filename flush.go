@@ -413,7 +413,10 @@ func (c *Conn) chargeQueueLocked(b *MemoryBudget) {
 	if c.wr.more != nil {
 		filed = c.wr.more.filed
 	}
-	if kept != filed {
+	// The budget files queues by bucket of size: a queue that stays in its
+	// bucket (most stay below the smallest tracked, minTrackedQueue) is not
+	// refiled, and one that was never tracked needs no writeMore for it.
+	if queueBucket(kept) != queueBucket(filed) {
 		c.wr.moreLocked().filed = kept
 		b.track(c, filed, kept)
 	}
