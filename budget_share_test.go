@@ -92,10 +92,12 @@ func (m *shareModel) took(c *shareConn, k int) {
 // as unlockWrite does.
 func (m *shareModel) settle() {
 	for _, c := range m.conns {
-		for _, d := range c.q.dones {
-			d.f(d.err)
+		if c.q.dones != nil {
+			for _, d := range c.q.dones.calls {
+				d.f(d.err)
+			}
+			c.q.dones.calls = c.q.dones.calls[:0]
 		}
-		c.q.dones = c.q.dones[:0]
 		if c.budget == nil {
 			continue
 		}
@@ -131,17 +133,19 @@ func (m *shareModel) check(t *rapid.T) {
 			continue
 		}
 		own := int64(0)
-		if c.q.buf != nil {
-			own += int64(cap(*c.q.buf))
-		}
-		for i := c.q.first; i < len(c.q.recs); i++ {
-			if ch := c.q.recs[i].chunk; ch != nil {
-				own += int64(cap(*ch))
+		if l := c.q.queueLane; l != nil {
+			if l.buf != nil {
+				own += int64(cap(*l.buf))
 			}
-		}
-		if len(c.seqs) > 0 {
-			// Frames wait: their records are charged too.
-			own += int64(cap(c.q.recs) * recordSize)
+			for i := l.first; i < len(l.recs); i++ {
+				if ch := l.recs[i].chunk; ch != nil {
+					own += int64(cap(*ch))
+				}
+			}
+			if len(c.seqs) > 0 {
+				// Frames wait: their records are charged too.
+				own += int64(cap(l.recs) * recordSize)
+			}
 		}
 		for i, b := range m.budgets {
 			if b == c.budget {

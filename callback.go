@@ -29,7 +29,7 @@ import (
 // enterCallback marks the start of a callback on this goroutine.
 func (c *Conn) enterCallback() {
 	c.cb.mu.Lock()
-	c.cb.running.Store(true)
+	c.cb.flags.Or(callbackRunning)
 }
 
 // exitCallback recovers a panic of the callback, ends it, and runs an
@@ -38,7 +38,7 @@ func (c *Conn) exitCallback() {
 	if v := recover(); v != nil {
 		c.callbackPanicked(v)
 	}
-	c.cb.running.Store(false)
+	c.cb.flags.And(^uint32(callbackRunning))
 	c.cb.mu.Unlock()
 	c.runPendingDrain()
 }
@@ -69,7 +69,7 @@ func (c *Conn) callHook(f func(*Conn, []byte), p []byte) (panicked bool) {
 			c.callbackPanicked(v)
 			panicked = true
 		}
-		c.cb.running.Store(false)
+		c.cb.flags.And(^uint32(callbackRunning))
 		c.cb.mu.Unlock()
 		c.runPendingDrain()
 	}()
@@ -85,7 +85,7 @@ func (c *Conn) drained() {
 	if c.opts.OnDrain == nil {
 		return
 	}
-	c.cb.drainPending.Store(true)
+	c.cb.flags.Or(drainPending)
 	c.runPendingDrain()
 }
 
@@ -93,16 +93,16 @@ func (c *Conn) drained() {
 // holder calls it again after releasing it, so none is lost (the flag is
 // set before the attempt to take the lock).
 func (c *Conn) runPendingDrain() {
-	for c.cb.drainPending.Load() {
+	for c.cb.flags.Load()&drainPending != 0 {
 		if !c.cb.mu.TryLock() {
 			return
 		}
-		if c.cb.drainPending.Swap(false) {
-			c.cb.running.Store(true)
+		if c.cb.flags.And(^uint32(drainPending))&drainPending != 0 {
+			c.cb.flags.Or(callbackRunning)
 			c.corkCallback()
 			c.callDrain(c.opts.OnDrain)
 			c.corkEnd()
-			c.cb.running.Store(false)
+			c.cb.flags.And(^uint32(callbackRunning))
 		}
 		c.cb.mu.Unlock()
 	}
@@ -142,7 +142,7 @@ func (c *Conn) recoverCallback() {
 // 1011, without waiting.
 func (c *Conn) callbackPanicked(v any) {
 	c.logger().Error("rally: panic in a connection callback; closing with 1011",
-		"remote", c.nc.RemoteAddr().String(), "panic", fmt.Sprint(v))
+		"remote", c.netConn().RemoteAddr().String(), "panic", fmt.Sprint(v))
 	c.closeWithCode(frame.CloseInternalError, "")
 }
 
@@ -152,5 +152,5 @@ func (c *Conn) onReadingGoroutine() bool {
 	if g := currentG(); g != 0 {
 		return c.rd.g.Load() == g
 	}
-	return c.cb.running.Load()
+	return c.cb.flags.Load()&callbackRunning != 0
 }

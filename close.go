@@ -57,8 +57,8 @@ func (c *Conn) Close(code uint16, reason string) error {
 		return nil
 	}
 	c.awaitClose()
-	if c.cl.final != nil && c.cl.final.Code == frame.CloseAbnormal {
-		return c.cl.final
+	if ce := c.cl.final.Load(); ce != nil && ce.Code == frame.CloseAbnormal {
+		return ce
 	}
 	return nil
 }
@@ -138,10 +138,11 @@ func (c *Conn) queueClose(payload []byte, flush bool) bool {
 	}
 	f := c.frameLocked(frame.OpClose, true, payload, CompressNever, false)
 	var err error
-	c.wr.closeSeq, err = c.enqueueLocked(&f, flush || !c.corkedLocked(g), false)
+	m := c.wr.moreLocked()
+	m.closeSeq, err = c.enqueueLocked(&f, flush || !c.corkedLocked(g), false)
 	q.closed = true
 	if err == nil {
-		c.wr.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
+		m.closeTimer = time.AfterFunc(c.opts.CloseTimeout, c.closeTimedOut)
 	}
 	c.unlockWrite()
 	return true
@@ -167,12 +168,12 @@ func (c *Conn) closeTimedOut() {
 // lingerBytes. The close timer bounds the whole. The caller holds the read
 // lock.
 func (c *Conn) linger() {
-	if c.server {
+	if c.rd.p.server {
 		c.wr.mu.Lock()
-		seq := c.wr.closeSeq
+		seq := c.wr.closeSeqLocked()
 		c.unlockWrite()
 		c.waitFlushed(context.Background(), seq)
-		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		if cw, ok := c.netConn().(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		} else {
 			c.finish(c.rd.end)
@@ -203,45 +204,52 @@ func (c *Conn) lingerAsync() {
 }
 
 // finish ends the connection once: the TCP connection is closed, sends and
-// their waiters fail, Done is closed, and OnClose functions run.
+// their waiters fail, Done is closed, and OnClose functions run. The call
+// that sets the final end does it; any other returns once Done is closed.
 func (c *Conn) finish(ce *CloseError) {
-	c.cl.once.Do(func() {
-		c.cl.final = ce
-		c.wr.mu.Lock()
-		if c.wr.err == nil {
-			c.wr.err = ErrClosed
-		}
-		c.wr.q.fail(ErrClosed)
-		c.wakeLocked()
-		var fns []func(*CloseError)
-		var keepalive *time.Timer
-		if x := c.x.Load(); x != nil {
-			fns, keepalive = x.onClose, x.keepalive
-			x.onClose = nil
-		}
-		for _, t := range []*time.Timer{c.wr.closeTimer, keepalive, c.wr.stall} {
+	if !c.cl.final.CompareAndSwap(nil, ce) {
+		<-c.Done()
+		return
+	}
+	c.wr.mu.Lock()
+	if c.wr.err == nil {
+		c.wr.err = ErrClosed
+	}
+	c.wr.q.fail(ErrClosed)
+	c.wakeLocked()
+	var fns []func(*CloseError)
+	var keepalive *time.Timer
+	if x := c.x.Load(); x != nil {
+		fns, keepalive = x.onClose, x.keepalive
+		x.onClose = nil
+	}
+	if keepalive != nil {
+		keepalive.Stop()
+	}
+	if m := c.wr.more; m != nil {
+		for _, t := range []*time.Timer{m.closeTimer, m.stall} {
 			if t != nil {
 				t.Stop()
 			}
 		}
-		c.unlockWrite()
-		c.closeTransport(ce.Code == frame.CloseAbnormal)
-		c.closeDone()
-		reclaimClosed()
-		for _, f := range fns {
-			c.runOnClose(f, ce)
-		}
-	})
+	}
+	c.unlockWrite()
+	c.closeTransport(ce.Code == frame.CloseAbnormal)
+	c.closeDone()
+	reclaimClosed()
+	for _, f := range fns {
+		c.runOnClose(f, ce)
+	}
 }
 
 // closeTransport closes the network connection. An abrupt end skips TLS's
 // close_notify alert, whose write could block for seconds on a full socket.
 func (c *Conn) closeTransport(abrupt bool) {
-	if tc, ok := c.nc.(*tls.Conn); ok && abrupt {
+	if tc, ok := c.netConn().(*tls.Conn); ok && abrupt {
 		tc.NetConn().Close()
 		return
 	}
-	c.nc.Close()
+	c.netConn().Close()
 }
 
 // endAbnormal ends the connection after a write failure.

@@ -129,7 +129,7 @@ func (c *Conn) enableCompression(o *CompressionOptions, p deflate.Params) {
 	}
 	sendBits, sendNoTakeover := p.ClientMaxWindowBits, p.ClientNoContextTakeover
 	recvBits, recvNoTakeover := p.ServerMaxWindowBits, p.ServerNoContextTakeover
-	if c.server {
+	if c.rd.p.server {
 		sendBits, sendNoTakeover, recvBits, recvNoTakeover = recvBits, recvNoTakeover, sendBits, sendNoTakeover
 	}
 	z.bits, z.takeover = sendBits, !sendNoTakeover

@@ -19,22 +19,20 @@ import (
 // goroutine at a time; a second concurrent reader waits for the first. A
 // Conn served by a Server is read by the Server; the read methods refuse.
 type Conn struct {
-	nc     net.Conn
-	t      transport
-	server bool
-	// waiting is what waits for a peer that takes nothing, as sends see it
-	// without the write lock (see noteWaitingLocked); it sits in the
-	// padding after server.
-	waiting atomic.Int32
-	opts    *ConnOptions // shared, never written (see sharedOptions)
-	z       *compression // permessage-deflate, when negotiated
+	t    transport    // and through it the net.Conn (transport.netConn)
+	opts *ConnOptions // shared, never written (see sharedOptions)
+	z    *compression // permessage-deflate, when negotiated
+	data any          // Conn.Data; set before the connection is served, then never written
 
 	rd readSide  // owned by whoever holds rd.sem
 	wr writeSide // guarded by wr.mu
 	cl closeSide
 	cb callbackState
-	dl deadlineWatch
-	x  atomic.Pointer[connExtras] // made by the first use of one of its parts
+	// waiting is what waits for a peer that takes nothing, as sends see it
+	// without the write lock (see noteWaitingLocked); it packs with cb.
+	waiting atomic.Int32
+	dl      deadlineWatch
+	x       atomic.Pointer[connExtras] // made by the first use of one of its parts
 }
 
 // readSide is the state of receiving, owned by the goroutine that holds
@@ -62,36 +60,39 @@ type writeSide struct {
 	mu         sync.Mutex
 	q          sendQueue
 	hdr        [frame.MaxHeaderSize]byte
-	flushing   bool  // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
-	drainArmed bool  // a send was queued under backpressure
-	err        error // once set, every send fails with it
-	progress   chan struct{}
+	flushing   bool   // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
+	drainArmed bool   // a send was queued under backpressure
+	err        error  // once set, every send fails with it
 	taken      uint64 // bytes the transport took, ever: progress for the stall timer
-	stall      *time.Timer
+	lastPing   int64  // when the keepalive last pinged (unix ns)
 
 	more     *writeMore // made on first use: what an idle connection never needs
 	corks    *corkState // made by the first cork
 	loopMark uint64     // the loop turn that gathered sends to this connection, unless its own loop (gatherLocked)
 
-	charged    atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
-	closeSeq   uint64
-	closeTimer *time.Timer
-	lastPing   time.Time
+	charged atomic.Int64 // the queue's memory charged to ConnOptions.MemoryBudget
 }
 
 // writeMore is the write side's state that an idle connection never
 // needs, made on first use under the write lock (writeSide.moreLocked):
-// the flusher's, a streaming Writer's, the completions' spare slice.
+// the flusher's, a streaming Writer's, a
+// waiting writer's, the write-stall timer's and the close handshake's.
+// It is kept once made: a connection that needed it once (it queued under
+// backpressure, streamed, or is closing) is likely to need it again, and
+// what it holds while unused (timers stopped, slices emptied) is small.
 type writeMore struct {
-	flushFn func()         // c.flushLoop, made once
-	until   uint64         // the flusher's goal: frame until has left (0: the queue is empty)
-	stepErr error          // the transport's error seen by flushStep
-	stallAt uint64         // taken when the stall timer was last armed
-	spare   []doneCall     // the completions' slice, kept between batches
-	slot    chan struct{}  // held by a streaming Writer
-	writer  *messageWriter // made by the first Writer
-	streamZ bool           // the streamed message is compressed
-	filed   int64          // what the memory budget files the queue under (chargeQueueLocked)
+	flushFn    func()         // c.flushLoop, made once
+	until      uint64         // the flusher's goal: frame until has left (0: the queue is empty)
+	stepErr    error          // the transport's error seen by flushStep
+	stallAt    uint64         // taken when the stall timer was last armed
+	stall      *time.Timer    // the write-stall timer (ConnOptions.WriteStallTimeout)
+	progress   chan struct{}  // closed when the queue moves, for the writers waiting for it
+	slot       chan struct{}  // held by a streaming Writer
+	writer     *messageWriter // made by the first Writer
+	streamZ    bool           // the streamed message is compressed
+	filed      int64          // the size the memory budget last filed the queue under, whose bucket (queueBucket) is what counts (chargeQueueLocked)
+	closeSeq   uint64         // the close frame's sequence number, once queued
+	closeTimer *time.Timer    // cuts the close handshake short (ConnOptions.CloseTimeout)
 }
 
 // moreLocked returns the write side's cold state, made the first time.
@@ -102,12 +103,20 @@ func (w *writeSide) moreLocked() *writeMore {
 	return w.more
 }
 
+// closeSeqLocked is the close frame's sequence number, or 0 if none was
+// queued.
+func (w *writeSide) closeSeqLocked() uint64 {
+	if w.more == nil {
+		return 0
+	}
+	return w.more.closeSeq
+}
+
 // closeSide is how the connection ends.
 type closeSide struct {
 	done    atomic.Pointer[chan struct{}] // made by the first Done; closed (or closedChan) once ended
-	final   *CloseError
-	readEnd atomic.Pointer[CloseError] // the read side's end, once it came with a close frame
-	once    sync.Once
+	final   atomic.Pointer[CloseError]    // how the connection ended: set once, by the finish that ends it
+	readEnd atomic.Pointer[CloseError]    // the read side's end, once it came with a close frame
 }
 
 // connExtras is the state few connections need, made on first use (see
@@ -115,7 +124,6 @@ type closeSide struct {
 // it costs less memory.
 type connExtras struct {
 	subprotocol string              // set by newConn, then never written
-	data        any                 // Conn.Data; set before the connection is served
 	reader      *messageReader      // owned by whoever holds rd.sem
 	keepalive   *time.Timer         // the ping and idle timer (goroutine mode); guarded by wr.mu
 	onClose     []func(*CloseError) // guarded by wr.mu
@@ -133,10 +141,15 @@ func (c *Conn) extras() *connExtras {
 
 // callbackState serialises a connection's callbacks (see callback.go).
 type callbackState struct {
-	mu           sync.Mutex
-	running      atomic.Bool // a callback is running (where goroutines cannot be told apart)
-	drainPending atomic.Bool
+	mu    sync.Mutex
+	flags atomic.Uint32 // callbackRunning, drainPending
 }
+
+// The flags of callbackState.
+const (
+	callbackRunning = 1 << iota // a callback is running (where goroutines cannot be told apart)
+	drainPending                // OnDrain is due (see runPendingDrain)
+)
 
 // newConn starts a connection over nc once the opening handshake is done.
 // buffered holds the bytes already read past the handshake (an eager client's
@@ -144,15 +157,10 @@ type callbackState struct {
 // WebSocket stream, read before nc. newConn takes ownership of them: rally
 // unmasks payload in place there.
 func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *ConnOptions) *Conn {
-	c := &Conn{
-		nc:     nc,
-		t:      newTransport(nc),
-		server: server,
-	}
+	c := &Conn{t: newTransport(nc)}
 	if subprotocol != "" {
 		c.extras().subprotocol = subprotocol
 	}
-	c.dl.c = c
 	c.rd.sem = make(chan struct{}, 1)
 	c.rd.in = buffered
 	c.opts = sharedOptions(o)
@@ -195,27 +203,19 @@ func (c *Conn) Subprotocol() string {
 
 // Data returns the value attached to the connection when it was accepted
 // (see Server.Upgrade), or nil.
-func (c *Conn) Data() any {
-	if x := c.x.Load(); x != nil {
-		return x.data
-	}
-	return nil
-}
+func (c *Conn) Data() any { return c.data }
 
 // setData attaches v to the connection (Conn.Data), before it is served.
-func (c *Conn) setData(v any) {
-	if v != nil {
-		c.extras().data = v
-	} else if x := c.x.Load(); x != nil {
-		x.data = nil
-	}
-}
+func (c *Conn) setData(v any) { c.data = v }
 
 // LocalAddr returns the local network address.
-func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+func (c *Conn) LocalAddr() net.Addr { return c.netConn().LocalAddr() }
 
 // RemoteAddr returns the peer's network address.
-func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+func (c *Conn) RemoteAddr() net.Addr { return c.netConn().RemoteAddr() }
+
+// netConn is the network connection under c.
+func (c *Conn) netConn() net.Conn { return c.t.netConn() }
 
 // Done returns a channel that is closed once the connection has ended
 // (close handshake finished, failed, or cut).

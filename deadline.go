@@ -14,15 +14,19 @@ import (
 // that can, so that a connection nobody reads or writes with such a
 // context (an idle one, one driven by a Server) does not carry it.
 type deadlineWatch struct {
-	c    *Conn // whose net.Conn's deadlines it moves
-	st   atomic.Pointer[deadlineState]
-	r, w watchSlot // which deadline: &d.r or &d.w
+	st atomic.Pointer[deadlineState]
 }
 
 // watchSlot names the read or the write deadline of a deadlineWatch.
-type watchSlot struct{ _ byte }
+type watchSlot uint8
+
+const (
+	readDeadline watchSlot = iota
+	writeDeadline
+)
 
 type deadlineState struct {
+	c    *Conn // whose net.Conn's deadlines it moves
 	mu   sync.Mutex
 	r, w slotState
 }
@@ -34,44 +38,44 @@ type slotState struct {
 }
 
 // state returns the watch's state, making it on first use.
-func (d *deadlineWatch) state() *deadlineState {
+func (d *deadlineWatch) state(c *Conn) *deadlineState {
 	if st := d.st.Load(); st != nil {
 		return st
 	}
-	d.st.CompareAndSwap(nil, &deadlineState{})
+	d.st.CompareAndSwap(nil, &deadlineState{c: c})
 	return d.st.Load()
 }
 
 // slot returns the state of the deadline s names.
-func (d *deadlineWatch) slot(st *deadlineState, s *watchSlot) *slotState {
-	if s == &d.r {
+func (st *deadlineState) slot(s watchSlot) *slotState {
+	if s == readDeadline {
 		return &st.r
 	}
 	return &st.w
 }
 
-// watch arms s for ctx and reports whether it did.
-func (d *deadlineWatch) watch(ctx context.Context, s *watchSlot) bool {
+// watch arms c's deadline s for ctx and reports whether it did.
+func (d *deadlineWatch) watch(c *Conn, ctx context.Context, s watchSlot) bool {
 	if ctx == nil || ctx.Done() == nil {
 		return false
 	}
-	st := d.state()
-	ss := d.slot(st, s)
+	st := d.state(c)
+	ss := st.slot(s)
 	st.mu.Lock()
 	ss.active = true
 	if ss.interrupt == nil {
-		ss.interrupt = func() { d.interrupt(st, s) }
+		ss.interrupt = func() { st.interrupt(s) }
 	}
 	st.mu.Unlock()
 	ss.stop = context.AfterFunc(ctx, ss.interrupt)
 	return true
 }
 
-func (d *deadlineWatch) interrupt(st *deadlineState, s *watchSlot) {
-	ss := d.slot(st, s)
+func (st *deadlineState) interrupt(s watchSlot) {
+	ss := st.slot(s)
 	st.mu.Lock()
 	if ss.active {
-		d.set(s, time.Unix(1, 0))
+		st.set(s, time.Unix(1, 0))
 		ss.fired = true
 	}
 	st.mu.Unlock()
@@ -79,9 +83,9 @@ func (d *deadlineWatch) interrupt(st *deadlineState, s *watchSlot) {
 
 // unwatch disarms s (which watch armed) and clears the deadline if it
 // fired.
-func (d *deadlineWatch) unwatch(s *watchSlot) {
+func (d *deadlineWatch) unwatch(s watchSlot) {
 	st := d.st.Load()
-	ss := d.slot(st, s)
+	ss := st.slot(s)
 	if ss.stop != nil {
 		ss.stop()
 		ss.stop = nil
@@ -90,15 +94,15 @@ func (d *deadlineWatch) unwatch(s *watchSlot) {
 	ss.active = false
 	if ss.fired {
 		ss.fired = false
-		d.set(s, time.Time{})
+		st.set(s, time.Time{})
 	}
 	st.mu.Unlock()
 }
 
-func (d *deadlineWatch) set(s *watchSlot, t time.Time) {
-	if s == &d.r {
-		d.c.nc.SetReadDeadline(t)
+func (st *deadlineState) set(s watchSlot, t time.Time) {
+	if s == readDeadline {
+		st.c.netConn().SetReadDeadline(t)
 	} else {
-		d.c.nc.SetWriteDeadline(t)
+		st.c.netConn().SetWriteDeadline(t)
 	}
 }

@@ -42,7 +42,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 			q.doneSeq = q.seq
 			c.wr.taken += uint64(n)
 			if f.done != nil {
-				q.dones = append(q.dones, doneCall{f.done, nil})
+				q.addDone(f.done, nil)
 			}
 			return q.seq, nil
 		}
@@ -54,7 +54,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 			seq = q.pushTakenShare(n, nil, f.payload[n-len(f.hdr):], f.shared, f.share, false, f.keep, f.done)
 		}
 		c.wr.taken += uint64(n)
-		q.ahead = c.t.aheadOfKernel()
+		q.setAhead(c.t.aheadOfKernel())
 		q.blocked = c.t.canTry()
 		if !inline {
 			c.startFlusher()
@@ -72,7 +72,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 	}
 	if f.done != nil {
 		if q.doneSeq >= seq {
-			q.dones = append(q.dones, doneCall{f.done, nil})
+			q.addDone(f.done, nil)
 		} else {
 			q.setDone(seq, f.done)
 		}
@@ -151,7 +151,7 @@ func (c *Conn) flushLoop() {
 			c.endAbnormal(err)
 			return
 		}
-		if len(c.wr.q.dones) > 0 {
+		if c.wr.q.pendingDones() > 0 {
 			c.wr.flushing = false
 			c.unlockWrite()
 			c.wr.mu.Lock()
@@ -210,7 +210,7 @@ func (c *Conn) flushStep() bool {
 			return false
 		}
 		c.advanceLocked(n)
-		if c.wr.more.until == 0 && len(q.dones) > 0 {
+		if c.wr.more.until == 0 && q.pendingDones() > 0 {
 			return true
 		}
 	}
@@ -221,6 +221,9 @@ func (c *Conn) flushStep() bool {
 func (c *Conn) claimSegment() []byte {
 	q := &c.wr.q
 	p := q.segment()
+	if len(p) == 0 {
+		return nil
+	}
 	if len(p) > streamChunk {
 		p = p[:streamChunk]
 	}
@@ -231,7 +234,9 @@ func (c *Conn) claimSegment() []byte {
 // wroteSegment records the blocking write of the claimed chunk.
 func (c *Conn) wroteSegment(n int, err error) error {
 	q := &c.wr.q
-	q.busy = 0
+	if q.queueLane != nil {
+		q.busy = 0
+	}
 	if c.wr.err != nil {
 		// The queue failed meanwhile (CloseNow): what was written is moot.
 		q.releaseIfEmpty()
@@ -246,12 +251,12 @@ func (c *Conn) wroteSegment(n int, err error) error {
 
 // advanceLocked records that the transport took n more bytes of the queue.
 func (c *Conn) advanceLocked(n int) {
-	c.wr.q.ahead = c.t.aheadOfKernel()
+	c.wr.q.setAhead(c.t.aheadOfKernel())
 	if n == 0 {
 		return
 	}
 	c.wr.q.advance(n)
-	c.wr.q.ahead = c.t.aheadOfKernel()
+	c.wr.q.setAhead(c.t.aheadOfKernel())
 	c.wr.taken += uint64(n)
 	c.noteWaitingLocked()
 	c.wakeLocked()
@@ -279,9 +284,9 @@ func (c *Conn) noteWaitingLocked() {
 }
 
 func (c *Conn) wakeLocked() {
-	if c.wr.progress != nil {
-		close(c.wr.progress)
-		c.wr.progress = nil
+	if m := c.wr.more; m != nil && m.progress != nil {
+		close(m.progress)
+		m.progress = nil
 	}
 }
 
@@ -324,23 +329,23 @@ func (c *Conn) unlockWrite() {
 	if drain {
 		c.wr.drainArmed = false
 	}
-	if len(q.dones) == 0 {
+	if q.pendingDones() == 0 {
 		c.wr.mu.Unlock()
 		if drain {
 			c.drained()
 		}
 		return
 	}
-	dones := q.dones
-	m := c.wr.moreLocked()
-	q.dones = m.spare[:0]
-	m.spare = nil
+	d := q.dones
+	dones := d.calls
+	d.calls = d.spare[:0]
+	d.spare = nil
 	c.wr.mu.Unlock()
 	c.runDones(dones)
 	// Keep the slice for the next completions: no allocation per send.
 	c.wr.mu.Lock()
-	if m.spare == nil {
-		m.spare = dones[:0]
+	if d.spare == nil {
+		d.spare = dones[:0]
 	}
 	c.wr.mu.Unlock()
 	if drain {
@@ -355,12 +360,13 @@ func (c *Conn) armStallLocked() {
 	if d <= 0 {
 		return
 	}
-	c.wr.moreLocked().stallAt = c.wr.taken
-	if c.wr.stall == nil {
-		c.wr.stall = time.AfterFunc(d, c.checkStall)
+	m := c.wr.moreLocked()
+	m.stallAt = c.wr.taken
+	if m.stall == nil {
+		m.stall = time.AfterFunc(d, c.checkStall)
 		return
 	}
-	c.wr.stall.Reset(d)
+	m.stall.Reset(d)
 }
 
 // checkStall ends the connection when bytes have waited a whole period
@@ -373,7 +379,7 @@ func (c *Conn) checkStall() {
 	}
 	if m := c.wr.moreLocked(); c.wr.taken != m.stallAt {
 		m.stallAt = c.wr.taken
-		c.wr.stall.Reset(c.opts.WriteStallTimeout)
+		m.stall.Reset(c.opts.WriteStallTimeout)
 		c.wr.mu.Unlock()
 		return
 	}
@@ -399,12 +405,18 @@ func (c *Conn) chargeQueueLocked(b *MemoryBudget) {
 		}
 		c.wr.charged.Store(now)
 	}
-	kept := now + int64(q.shared)
+	kept := now
+	if q.queueLane != nil {
+		kept += int64(q.shared)
+	}
 	var filed int64
 	if c.wr.more != nil {
 		filed = c.wr.more.filed
 	}
-	if kept != filed {
+	// The budget files queues by bucket of size: a queue that stays in its
+	// bucket (most stay below the smallest tracked, minTrackedQueue) is not
+	// refiled, and one that was never tracked needs no writeMore for it.
+	if queueBucket(kept) != queueBucket(filed) {
 		c.wr.moreLocked().filed = kept
 		b.track(c, filed, kept)
 	}

@@ -571,7 +571,7 @@ func isClosed(ch chan struct{}) bool {
 // HTTP2 reports whether c is a stream of an HTTP/2 connection (RFC 8441)
 // rather than a connection of its own.
 func (c *Conn) HTTP2() bool {
-	switch c.nc.(type) {
+	switch c.netConn().(type) {
 	case *h2Stream, *h2ClientStream:
 		return true
 	}

@@ -2,12 +2,15 @@ package rally_test
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/rawpeer"
 )
 
 // An idle connection on an event loop is its state and its registration:
@@ -76,4 +79,34 @@ func dialLoopClient(t *testing.T, addr string) *rally.Conn {
 	}
 	t.Cleanup(func() { c.CloseNow() })
 	return c
+}
+
+// An event loop keeps a connection's addresses compactly (the remote one
+// as its bytes and port): LocalAddr and RemoteAddr still give the server's
+// address and the client's, over IPv4 and IPv6.
+func TestAnEventLoopConnectionsAddressesAreTheSocketsOverIPv4AndIPv6(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp6"} {
+		t.Run(network, func(t *testing.T) {
+			ln, err := net.Listen(network, map[string]string{"tcp4": "127.0.0.1:0", "tcp6": "[::1]:0"}[network])
+			if err != nil {
+				t.Skipf("no %s loopback on this machine: %v", network, err)
+			}
+			got := make(chan [2]string, 1)
+			s := &rally.Server{EventLoop: true, Open: func(c *rally.Conn) {
+				got <- [2]string{c.LocalAddr().String(), c.RemoteAddr().String()}
+			}}
+			hs := &http.Server{Handler: s}
+			go hs.Serve(ln)
+			t.Cleanup(func() { hs.Close() })
+			p, _, err := rawpeer.DialClient(ln.Addr().String(), "/", nil, wireTimeout())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			want := [2]string{p.NetConn().RemoteAddr().String(), p.NetConn().LocalAddr().String()}
+			if addrs := <-got; addrs != want {
+				t.Fatalf("local and remote addresses %v, want %v", addrs, want)
+			}
+		})
+	}
 }

@@ -59,8 +59,8 @@ func (c *Conn) keepaliveDue(now time.Time) (time.Duration, bool) {
 	}
 	c.wr.mu.Lock()
 	if p := c.opts.PingInterval; p > 0 {
-		if idle >= p && now.Sub(c.wr.lastPing) >= p {
-			c.wr.lastPing = now
+		if idle >= p && now.Sub(time.Unix(0, c.wr.lastPing)) >= p {
+			c.wr.lastPing = now.UnixNano()
 			if c.closedLocked() == nil {
 				f := c.frameLocked(frame.OpPing, true, nil, CompressNever, false)
 				c.enqueueLocked(&f, true, false)

@@ -259,7 +259,7 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 	// connection's.
 	l.acc.byFd[h.fd] = nil
 	h.closed = true
-	t := &loopTransport{fd: h.fd, l: l, tag: h.tag, registered: true}
+	t := &loopTransport{fd: int32(h.fd), l: l, tag: h.tag, registered: true}
 	t.setAddrs(l, h.local, h.remote)
 	var buffered []byte
 	if len(rest) > 0 {
@@ -285,7 +285,6 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 func (c *Conn) useLoopTransport(t *loopTransport) {
 	t.c = c
 	c.t = t
-	c.nc = t
 	c.drive() // only the loop reads
 	c.wr.mu.Lock()
 	c.keepaliveToLoop(t)

@@ -252,3 +252,14 @@ func benchmarkChat(b *testing.B, loop bool) {
 	}
 	s.Shutdown(b.Context())
 }
+
+// An event loop's connection is its Conn and its loopTransport (see
+// TestAConnFitsThe448ByteSizeClass).
+func TestALoopTransportFitsThe112ByteSizeClass(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the sizes are those of 64-bit platforms")
+	}
+	if n := unsafe.Sizeof(loopTransport{}); n > 112 {
+		t.Fatalf("a loopTransport is %d bytes, more than the 112 of its size class", n)
+	}
+}

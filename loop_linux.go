@@ -390,12 +390,11 @@ func (c *Conn) toLoop(st *socketTransport, l *loop) bool {
 		c.wr.mu.Unlock()
 		return false
 	}
-	orig := c.nc
-	t := &loopTransport{fd: fd, c: c, l: l}
+	orig := c.netConn()
+	t := &loopTransport{fd: int32(fd), c: c, l: l}
 	t.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
 	t.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	c.t = t
-	c.nc = t
 	// Nobody reads but the loop (Read refuses, Close does not read on a
 	// served connection): the read lock is not needed.
 	c.drive()
@@ -415,8 +414,8 @@ func (c *Conn) keepaliveToLoop(t *loopTransport) {
 	}
 	x.keepalive.Stop()
 	x.keepalive = nil
-	t.keepalive = c.keepalivePeriod()
-	if x.subprotocol == "" && x.data == nil && x.reader == nil && x.onClose == nil {
+	t.swept = true
+	if x.subprotocol == "" && x.reader == nil && x.onClose == nil {
 		c.x.Store(nil) // nothing else was needed: the connection holds none
 	}
 }
@@ -605,16 +604,17 @@ func (l *loop) register(t *loopTransport) {
 	var err error
 	if t.fd >= 0 && !t.registered { // a socket whose head the loop read is in epoll already
 		t.registered = true
-		err = l.p.Add(t.fd, t.tag, t.armed)
+		err = l.p.Add(int(t.fd), t.tag, t.armed)
 	}
 	c.wr.mu.Unlock()
 	if err != nil {
 		c.finish(&CloseError{Code: CloseAbnormal, Err: err})
 		return
 	}
-	if t.keepalive > 0 {
-		t.due = time.Now().Add(t.keepalive).UnixNano()
-		l.armSweep(t.keepalive)
+	if t.swept {
+		period := c.keepalivePeriod()
+		t.due = time.Now().Add(period).UnixNano()
+		l.armSweep(period)
 	}
 	if s := l.srv; s.Open != nil {
 		c.callOpen(s.Open)
@@ -651,12 +651,12 @@ func (l *loop) sweep() {
 	l.sweepHeads(now)
 	ns := now.UnixNano()
 	for _, t := range l.table {
-		if t == nil || t.keepalive <= 0 || t.closed || ns < t.due {
+		if t == nil || !t.swept || t.closed || ns < t.due {
 			continue
 		}
 		next, ok := t.c.keepaliveDue(now)
 		if !ok {
-			t.keepalive = 0
+			t.swept = false
 			continue
 		}
 		t.due = ns + int64(next)
@@ -701,7 +701,7 @@ func (l *loop) resume(again []*loopTransport) {
 // readiness event and reports whether it has had its share of the loop's
 // turn (yield).
 func (t *loopTransport) yieldInflating(n int) bool {
-	t.inflated += n
+	t.inflated += int32(min(n, loopInflatePerEvent))
 	return t.yield()
 }
 
@@ -797,12 +797,12 @@ func (l *loop) windDown(t *loopTransport) {
 	c := t.c
 	if !t.shut {
 		c.wr.mu.Lock()
-		left := c.wr.q.doneSeq >= c.wr.closeSeq || c.wr.err != nil
+		left := c.wr.q.doneSeq >= c.wr.closeSeqLocked() || c.wr.err != nil
 		switch {
 		case left && t.muted:
 			t.muted = false
 			if t.fd >= 0 {
-				l.p.Mod(t.fd, t.tag, true, t.armed)
+				l.p.Mod(int(t.fd), t.tag, true, t.armed)
 			}
 		case !left && c.wr.flushing && !t.muted && t.fd >= 0:
 			// The close frame waits for the peer to read: stop reading
@@ -810,7 +810,7 @@ func (l *loop) windDown(t *loopTransport) {
 			// read meanwhile would close before it, and a level-triggered
 			// readable socket would be reported turn after turn.
 			t.muted = true
-			l.p.Mod(t.fd, t.tag, false, t.armed)
+			l.p.Mod(int(t.fd), t.tag, false, t.armed)
 		}
 		c.wr.mu.Unlock()
 		if !left {
@@ -819,14 +819,14 @@ func (l *loop) windDown(t *loopTransport) {
 			return
 		}
 		t.shut = true
-		unix.Shutdown(t.fd, unix.SHUT_WR)
+		unix.Shutdown(int(t.fd), unix.SHUT_WR)
 	}
 	for range loopReadsPerEvent {
 		n, err := readFd(uintptr(t.fd), l.buf)
 		if err == errAgain {
 			return
 		}
-		t.dropped += n
+		t.dropped += int32(n)
 		// At most lingerBytes are dropped, as in goroutine mode: a peer
 		// that keeps sending after the close is cut, not read until the
 		// close timeout.
@@ -1034,7 +1034,7 @@ func (l *loop) closePending() {
 		t.closed = true
 		c := t.c
 		c.wr.mu.Lock()
-		fd := t.fd
+		fd := int(t.fd)
 		t.fd = -1
 		registered := t.registered
 		c.wr.mu.Unlock()
@@ -1059,7 +1059,7 @@ func (l *loop) closePending() {
 			t.held = nil
 		}
 		if s := l.srv; s.Close != nil {
-			c.callClose(s.Close, c.cl.final)
+			c.callClose(s.Close, c.cl.final.Load())
 		}
 		l.srv.set.remove(c)
 		l.grp.mu.Lock()
@@ -1093,24 +1093,28 @@ func (l *loop) watchdog() {
 
 // loopTransport is a connection's socket owned by a loop: with its Conn,
 // all an idle connection holds, so it is kept small (the small fields
-// together, the local address shared).
+// together, the local address shared, the remote one as its bytes).
 type loopTransport struct {
 	c   *Conn
 	l   *loop
 	tag uint64 // generation << 32 | descriptor, as epoll reports it
 
-	// Guarded by the connection's write lock.
-	fd int // -1 once the loop closed it
-
 	// Set by toLoop, then read only.
-	local  *netip.AddrPort // shared with the loop's other connections on the same address
-	remote netip.AddrPort
-	addrs  *[2]net.Addr // other than TCP
+	local *netip.AddrPort // shared with the loop's other connections on the same address
+	addrs *[2]net.Addr    // other than TCP
 
 	// Owned by the loop goroutine.
-	mark      uint64        // the last of the loop's turns that gathered sends for it (gatherLocked, takeOutbox)
-	keepalive time.Duration // the ping and idle period, when the sweep looks after it
-	due       int64         // when the sweep looks next (unix ns)
+	mark uint64 // the last of the loop's turns that gathered sends for it (gatherLocked, takeOutbox)
+	due  int64  // when the sweep looks next (unix ns)
+
+	// Guarded by the connection's write lock.
+	fd int32 // -1 once the loop closed it
+
+	// Set by toLoop, then read only: the remote TCP address (local's
+	// shape: netip.AddrPort without a zone, 16 bytes and a port).
+	remoteIP   [16]byte
+	remotePort uint16
+	remote4    bool // remoteIP holds an IPv4 address
 
 	// Guarded by the connection's write lock.
 	armed      bool
@@ -1118,16 +1122,17 @@ type loopTransport struct {
 	registered bool
 
 	// Owned by the loop goroutine.
+	swept   bool  // the sweep looks after its pings and idle timeout (keepaliveToLoop)
 	reads   uint8 // reads left for this readiness event
 	winding bool  // the read side ended with a close frame: winding TCP down
 	shut    bool  // the sending side is shut
 	closed  bool
-	dropped int // bytes read and dropped while winding down (at most lingerBytes)
+	again   bool  // yielded (see yieldInflating): the loop resumes it
+	dropped int32 // bytes read and dropped while winding down (at most lingerBytes)
 
 	// Owned by the loop goroutine: the turn's share of inflating (see
 	// yieldInflating).
-	inflated int     // bytes inflated in this readiness event
-	again    bool    // yielded: the loop resumes it
+	inflated int32   // bytes inflated in this readiness event (loopInflatePerEvent and one piece at most)
 	yielded  uint64  // the mark of the turn it yielded in
 	held     *[]byte // its input, moved out of the loop's buffer when it yielded
 }
@@ -1163,6 +1168,7 @@ func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
 }
 
 func (t *loopTransport) canTry() bool       { return true }
+func (t *loopTransport) netConn() net.Conn  { return t }
 func (t *loopTransport) resumable() bool    { return true }
 func (t *loopTransport) aheadOfKernel() int { return 0 }
 
@@ -1210,7 +1216,7 @@ func (t *loopTransport) flush(*sync.Mutex, outbox, bool) (bool, error) {
 	}
 	t.armed = true
 	if t.registered {
-		t.l.p.Mod(t.fd, t.tag, !t.muted, true)
+		t.l.p.Mod(int(t.fd), t.tag, !t.muted, true)
 	}
 	return true, nil
 }
@@ -1221,7 +1227,7 @@ func (t *loopTransport) disarmLocked() {
 	}
 	t.armed = false
 	if t.registered {
-		t.l.p.Mod(t.fd, t.tag, !t.muted, false)
+		t.l.p.Mod(int(t.fd), t.tag, !t.muted, false)
 	}
 }
 
@@ -1244,7 +1250,9 @@ func (t *loopTransport) setAddrs(l *loop, local, remote net.Addr) {
 	lt, ok1 := local.(*net.TCPAddr)
 	rt, ok2 := remote.(*net.TCPAddr)
 	if ok1 && ok2 && lt.Zone == "" && rt.Zone == "" {
-		t.local, t.remote = l.sharedLocal(lt.AddrPort()), rt.AddrPort()
+		t.local = l.sharedLocal(lt.AddrPort())
+		ra := rt.AddrPort()
+		t.remoteIP, t.remotePort, t.remote4 = ra.Addr().As16(), ra.Port(), ra.Addr().Is4()
 		return
 	}
 	t.addrs = &[2]net.Addr{local, remote}
@@ -1261,7 +1269,11 @@ func (t *loopTransport) RemoteAddr() net.Addr {
 	if t.addrs != nil {
 		return t.addrs[1]
 	}
-	return net.TCPAddrFromAddrPort(t.remote)
+	a := netip.AddrFrom16(t.remoteIP)
+	if t.remote4 {
+		a = a.Unmap()
+	}
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, t.remotePort))
 }
 
 func (t *loopTransport) Read([]byte) (int, error)         { return 0, errLoopRead }

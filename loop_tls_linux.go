@@ -99,12 +99,11 @@ func (c *Conn) toLoopTLS(tt *tlsTransport, l *loop) bool {
 		return false
 	}
 	orig := tt.s.Conn
-	lt := &loopTransport{fd: fd, c: c, l: l}
+	lt := &loopTransport{fd: int32(fd), c: c, l: l}
 	lt.tag = uint64(l.gen.Add(1))<<32 | uint64(uint32(fd))
 	lt.setAddrs(l, orig.LocalAddr(), orig.RemoteAddr())
 	tt.s.rc = loopFd{lt}
-	c.t = &loopTLSTransport{loopTransport: lt, tt: tt}
-	c.nc = lt // closing is the loop's: no close_notify, as tlsSocket.Close in engine mode
+	c.t = &loopTLSTransport{loopTransport: lt, tt: tt} // its netConn is lt: closing is the loop's, no close_notify, as tlsSocket.Close in engine mode
 	c.drive()
 	c.keepaliveToLoop(lt)
 	c.wr.mu.Unlock()

@@ -172,7 +172,7 @@ func (c *Conn) failGathering(code uint16, reason string, err error) {
 	go func() {
 		c.closeWithCode(code, reason)
 		c.wr.mu.Lock()
-		seq := c.wr.closeSeq
+		seq := c.wr.closeSeqLocked()
 		c.unlockWrite()
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CloseTimeout)
 		c.waitFlushed(ctx, seq)

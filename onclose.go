@@ -9,7 +9,7 @@ func (c *Conn) OnClose(f func(*CloseError)) {
 	c.wr.mu.Lock()
 	if c.isDone() {
 		c.wr.mu.Unlock()
-		c.runOnClose(f, c.cl.final)
+		c.runOnClose(f, c.cl.final.Load())
 		return
 	}
 	x := c.extras()

@@ -66,7 +66,7 @@ func (c *Conn) frameLocked(op frame.Opcode, fin bool, p []byte, mode Compress, f
 		}
 	}
 	h.Length = int64(len(p))
-	if !c.server {
+	if !c.rd.p.server {
 		h.Masked = true
 		h.Mask = newMask()
 	}

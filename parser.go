@@ -36,7 +36,7 @@ type event struct {
 type parser struct {
 	// The small fields first, so that they pack: an idle connection
 	// carries its parser.
-	server     bool // frames come from clients, so they must be masked
+	server     bool // frames come from clients, so they must be masked; set once by newConn, read by the write side too (Conn has no copy)
 	allowedRsv byte // RSV bits negotiated extensions allow on data frames
 	inFrame    bool
 	inMessage  bool

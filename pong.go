@@ -60,7 +60,7 @@ func (c *Conn) controlTooFast() error {
 func (c *Conn) sendPong(payload []byte) {
 	var b [frame.MaxHeaderSize + frame.MaxControlPayload]byte
 	h := frame.Header{Fin: true, Opcode: frame.OpPong, Length: int64(len(payload))}
-	if !c.server {
+	if !c.rd.p.server {
 		h.Masked = true
 		h.Mask = newMask()
 	}
@@ -89,7 +89,7 @@ func (c *Conn) sendPong(payload []byte) {
 			return
 		}
 		q.pushTaken(k, f[k:], nil, false, true, true, nil)
-		q.ahead = c.t.aheadOfKernel()
+		q.setAhead(c.t.aheadOfKernel())
 		q.blocked = c.t.canTry()
 		c.startFlusher()
 		return

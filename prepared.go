@@ -153,7 +153,7 @@ func (c *Conn) checkPrepared(pm *PreparedMessage) error {
 // payload itself: a client (it masks), or a connection that keeps
 // compression context (it compresses in its own order: see frameLocked).
 func (c *Conn) preparedFrame(pm *PreparedMessage) []byte {
-	if !c.server {
+	if !c.rd.p.server {
 		return nil
 	}
 	z := c.z

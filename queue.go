@@ -88,6 +88,57 @@ import (
 //     record (88 bytes) per frame: behind a reader that stopped, a publish
 //     of a few compressed bytes copies those bytes and nothing more.
 type sendQueue struct {
+	// The main lane's bytes and records, while it holds some (see
+	// queueLane); nil while it is empty, which is what every method sees
+	// as head, busy, ahead, first, start, refs and shared at 0 and no
+	// buffer nor records.
+	*queueLane
+
+	held *heldLane // invariant 6; made by the first hold
+
+	seq, doneSeq uint64
+	blocked      bool // invariant 4
+	streaming    bool
+	closed       bool
+	budget       uint32 // the id of the connection's memory budget, which shared frames are charged to; 0: none
+
+	dones *doneList // made by the first completion
+}
+
+// doneList is a queue's completions: those collected to run once the
+// write lock is released (calls), and the slice kept for the next batch
+// while they run (spare). It is made by the first completion and kept: a
+// connection whose sends ask for completions goes on asking, and keeping
+// both slices between batches is what spares each send an allocation.
+type doneList struct {
+	calls []doneCall
+	spare []doneCall
+}
+
+// addDone collects a completion (invariant 2).
+func (q *sendQueue) addDone(f func(error), err error) {
+	if q.dones == nil {
+		q.dones = new(doneList)
+	}
+	q.dones.calls = append(q.dones.calls, doneCall{f, err})
+}
+
+// pendingDones is the number of completions collected and not yet run.
+func (q *sendQueue) pendingDones() int {
+	if q.dones == nil {
+		return 0
+	}
+	return len(q.dones.calls)
+}
+
+// queueLane is the main lane's state: borrowed from lanes by the first
+// frame queued and given back once the lane is empty and nothing is being
+// written from it (releaseIfEmpty), so that a connection whose frames all
+// left (an idle one) holds none. The pool keeps a lane's records' array
+// (keepRecords at most): a connection that queues a batch at a time takes
+// a lane and gives it back without allocating, as its buffer is borrowed
+// from bufpool.
+type queueLane struct {
 	buf   *[]byte // owned bytes; borrowed while the queue holds some
 	head  int
 	busy  int
@@ -101,16 +152,28 @@ type sendQueue struct {
 	// shared is the part of refs that frames charged once (by reference
 	// count) hold: outside footprint.
 	shared int
+}
 
-	held *heldLane // invariant 6; made by the first hold
+// lanes are the main lanes of the queues that hold frames now, and the
+// spare ones.
+var lanes = sync.Pool{New: func() any { return new(queueLane) }}
 
-	seq, doneSeq uint64
-	blocked      bool // invariant 4
-	streaming    bool
-	closed       bool
-	budget       uint32 // the id of the connection's memory budget, which shared frames are charged to; 0: none
+// lane returns the main lane, borrowing one if the queue has none.
+func (q *sendQueue) lane() *queueLane {
+	if q.queueLane == nil {
+		q.queueLane = lanes.Get().(*queueLane)
+	}
+	return q.queueLane
+}
 
-	dones []doneCall
+// setAhead records the bytes after head that the transport holds though
+// the kernel has not taken them (a lane is borrowed only if there are
+// some).
+func (q *sendQueue) setAhead(n int) {
+	if q.queueLane == nil && n == 0 {
+		return
+	}
+	q.lane().ahead = n
 }
 
 // refMin is the smallest payload the queue refers to rather than copies
@@ -212,10 +275,18 @@ type doneCall struct {
 }
 
 // queued is the number of bytes in the main lane not yet taken.
-func (q *sendQueue) queued() int { return q.tail() - q.head }
+func (q *sendQueue) queued() int {
+	if q.queueLane == nil {
+		return 0
+	}
+	return q.tail() - q.head
+}
 
 // tail is the offset just past the main lane's last byte.
 func (q *sendQueue) tail() int {
+	if q.queueLane == nil {
+		return 0
+	}
 	if q.first < len(q.recs) {
 		return q.recs[len(q.recs)-1].end
 	}
@@ -231,7 +302,10 @@ func (q *sendQueue) size() int {
 
 // frames is how many frames wait in either lane.
 func (q *sendQueue) frames() int {
-	n := len(q.recs) - q.first
+	n := 0
+	if q.queueLane != nil {
+		n = len(q.recs) - q.first
+	}
 	if q.held != nil {
 		n += len(q.held.recs)
 	}
@@ -250,6 +324,10 @@ func (q *sendQueue) cost() int { return q.size() + q.frames()*recordSize }
 // a slow peer's queue of small shared frames is mostly records), and the
 // bytes it refers to but shared frames charged once (invariant 9).
 func (q *sendQueue) footprint() int64 {
+	_, held := q.heldBytes()
+	if q.queueLane == nil {
+		return int64(held)
+	}
 	n := q.refs - q.shared
 	if q.buf != nil {
 		n += cap(*q.buf)
@@ -257,7 +335,6 @@ func (q *sendQueue) footprint() int64 {
 	if q.first < len(q.recs) {
 		n += cap(q.recs) * recordSize
 	}
-	_, held := q.heldBytes()
 	n += held
 	return int64(n)
 }
@@ -267,7 +344,7 @@ func (q *sendQueue) empty() bool { return q.size() == 0 }
 
 // olen is the length of the owned bytes.
 func (q *sendQueue) olen() int {
-	if q.buf == nil {
+	if q.queueLane == nil || q.buf == nil {
 		return 0
 	}
 	return len(*q.buf)
@@ -277,6 +354,9 @@ func (q *sendQueue) olen() int {
 // at most cap(bufs) slices (owned bytes of neighbouring records in one),
 // and returns it. The slices are the queue's: valid until it changes.
 func (q *sendQueue) gather(bufs [][]byte) [][]byte {
+	if q.queueLane == nil {
+		return bufs
+	}
 	pos := q.head
 	owned := -1 // where the last slice starts in buf, if it is owned bytes
 	for i := q.first; i < len(q.recs); i++ {
@@ -326,6 +406,7 @@ func (q *sendQueue) segment() []byte {
 // copied may join the last record (invariant 10). The caller checked
 // closed.
 func (q *sendQueue) push(hdr, payload []byte, masked bool, key [4]byte, keep, shared bool, share *frameShare, done func(error), join bool) uint64 {
+	q.lane()
 	q.seq++
 	r := record{seq: q.seq, keep: keep, done: done}
 	switch {
@@ -410,6 +491,7 @@ func (q *sendQueue) pushTaken(taken int, rest1, rest2 []byte, shared, pong, keep
 
 // pushTakenShare is pushTaken for a shared frame whose header is share.
 func (q *sendQueue) pushTakenShare(taken int, rest1, rest2 []byte, shared bool, share *frameShare, pong, keep bool, done func(error)) uint64 {
+	q.lane()
 	r := record{pong: pong, keep: keep, done: done}
 	if !pong {
 		q.seq++
@@ -428,6 +510,9 @@ func (q *sendQueue) pushTakenShare(taken int, rest1, rest2 []byte, shared bool, 
 
 // setDone gives waiting ordered record seq its completion.
 func (q *sendQueue) setDone(seq uint64, done func(error)) {
+	if q.queueLane == nil {
+		return
+	}
 	for i := len(q.recs) - 1; i >= q.first; i-- {
 		if q.recs[i].seq == seq {
 			q.recs[i].done = done
@@ -464,6 +549,7 @@ func (q *sendQueue) endStream() uint64 {
 		return 0
 	}
 	h := q.held
+	q.lane()
 	q.reserve(len(*h.buf)) // may compact: the base is read after it
 	base := len(*q.buf)
 	*q.buf = append(*q.buf, *h.buf...)
@@ -492,7 +578,7 @@ func (q *sendQueue) failHeldRecs(err error) {
 	}
 	for i := range q.held.recs {
 		if d := q.held.recs[i].done; d != nil {
-			q.dones = append(q.dones, doneCall{d, err})
+			q.addDone(d, err)
 		}
 	}
 }
@@ -513,7 +599,7 @@ func (q *sendQueue) dropHeld() {
 // lane: at the first record boundary not started, after replacing an
 // unsent pong if the queue is blocked (invariants 3 and 4).
 func (q *sendQueue) pushPong(f []byte) {
-	if q.blocked {
+	if q.blocked && q.queueLane != nil {
 		start := q.start
 		for i := q.first; i < len(q.recs); i++ {
 			if q.recs[i].pong && q.unstarted(start) {
@@ -523,6 +609,8 @@ func (q *sendQueue) pushPong(f []byte) {
 			start = q.recs[i].end
 		}
 	}
+	// A lane again: the removal gives back a lane it empties.
+	q.lane()
 	q.reserve(len(f)) // may compact: buf offsets are read after it
 	// The first boundary not started and behind every pong still waiting
 	// (pongs keep the order of their pings).
@@ -569,7 +657,7 @@ func (q *sendQueue) unstarted(start int) bool {
 // advance records that the transport took n more bytes of the main lane,
 // completing the records it finished (invariant 2).
 func (q *sendQueue) advance(n int) {
-	if n == 0 {
+	if n == 0 || q.queueLane == nil {
 		return
 	}
 	q.head += n
@@ -579,7 +667,7 @@ func (q *sendQueue) advance(n int) {
 			q.doneSeq = r.seq
 		}
 		if r.done != nil {
-			q.dones = append(q.dones, doneCall{r.done, nil})
+			q.addDone(r.done, nil)
 			r.done = nil
 		}
 		q.dropRef(r)
@@ -596,6 +684,9 @@ func (q *sendQueue) advance(n int) {
 // it may be withdrawn (invariant 7). It reports whether it did; the
 // caller completes it.
 func (q *sendQueue) withdraw(seq uint64) (func(error), bool) {
+	if q.queueLane == nil {
+		return nil, false
+	}
 	start := q.start
 	for i := q.first; i < len(q.recs); i++ {
 		r := q.recs[i]
@@ -638,10 +729,16 @@ func (q *sendQueue) remove(i, start int) {
 // fail completes every record still waiting, in both lanes, with err, and
 // empties the queue (bytes being written stay until the writer is done).
 func (q *sendQueue) fail(err error) {
+	if q.queueLane == nil {
+		q.failHeldRecs(err)
+		q.dropHeld()
+		q.blocked = false
+		return
+	}
 	for i := q.first; i < len(q.recs); i++ {
 		r := &q.recs[i]
 		if r.done != nil {
-			q.dones = append(q.dones, doneCall{r.done, err})
+			q.addDone(r.done, err)
 			r.done = nil
 		}
 		q.dropRef(r)
@@ -654,26 +751,24 @@ func (q *sendQueue) fail(err error) {
 	q.releaseIfEmpty()
 }
 
-// releaseIfEmpty gives an empty main lane's buffer back, so an idle
-// connection holds none.
+// releaseIfEmpty gives an empty main lane back, with its buffer, so an
+// idle connection holds neither.
 func (q *sendQueue) releaseIfEmpty() {
-	if q.first != len(q.recs) || q.busy != 0 {
+	l := q.queueLane
+	if l == nil || l.first != len(l.recs) || l.busy != 0 {
 		return
 	}
-	bufpool.Put(q.buf)
-	q.buf = nil
-	q.head = 0
-	q.ahead = 0
-	if cap(q.recs) > keepRecords {
-		q.recs = nil
+	bufpool.Put(l.buf)
+	recs := l.recs
+	if cap(recs) > keepRecords {
+		recs = nil
 	} else {
-		clear(q.recs)
-		q.recs = q.recs[:0]
+		clear(recs)
+		recs = recs[:0]
 	}
-	q.first = 0
-	q.start = 0
-	q.refs = 0
-	q.shared = 0
+	*l = queueLane{recs: recs}
+	q.queueLane = nil
+	lanes.Put(l)
 }
 
 // ownedHead is where in buf the owned bytes not yet taken begin.

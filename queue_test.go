@@ -66,10 +66,13 @@ func (m *qmodel) done(f *qframe) func(error) {
 }
 
 func (m *qmodel) runDones() {
-	for _, d := range m.q.dones {
+	if m.q.dones == nil {
+		return
+	}
+	for _, d := range m.q.dones.calls {
 		d.f(d.err)
 	}
-	m.q.dones = m.q.dones[:0]
+	m.q.dones.calls = m.q.dones.calls[:0]
 }
 
 func (m *qmodel) endStream(t *rapid.T) {
@@ -318,8 +321,8 @@ func queueProperty(t *rapid.T) {
 					t.Fatalf("frame %d completed %d times, want once", f.id, f.calls)
 				}
 			}
-			if q.buf != nil || q.refs != 0 || q.footprint() != 0 {
-				t.Fatalf("an empty queue keeps its buffer or references (footprint %d)", q.footprint())
+			if q.queueLane != nil || q.footprint() != 0 {
+				t.Fatalf("an empty queue keeps its lane, its buffer or references (footprint %d)", q.footprint())
 			}
 		}
 	}
@@ -489,26 +492,30 @@ func (m *qmodel) check(t *rapid.T) {
 			t.Fatalf("the queue wrote into shared frame %d", f.id)
 		}
 	}
-	for i := q.first; i < len(q.recs); i++ {
-		refs += q.recs[i].charge()
-		if c := q.recs[i].chunk; c != nil && (len(q.recs[i].ref) < chunkMin || &(*c)[0] != &q.recs[i].ref[0]) {
-			t.Fatalf("record %d refers to a chunk of %d bytes that is not its own or below chunkMin", i, len(q.recs[i].ref))
+	var lane queueLane // an empty one when the queue has given its lane back
+	if q.queueLane != nil {
+		lane = *q.queueLane
+	}
+	for i := lane.first; i < len(lane.recs); i++ {
+		refs += lane.recs[i].charge()
+		if c := lane.recs[i].chunk; c != nil && (len(lane.recs[i].ref) < chunkMin || &(*c)[0] != &lane.recs[i].ref[0]) {
+			t.Fatalf("record %d refers to a chunk of %d bytes that is not its own or below chunkMin", i, len(lane.recs[i].ref))
 		}
-		if len(q.recs[i].ref) > 0 && len(q.recs[i].ref) < refMin {
-			t.Fatalf("record %d refers to %d bytes, less than refMin", i, len(q.recs[i].ref))
+		if len(lane.recs[i].ref) > 0 && len(lane.recs[i].ref) < refMin {
+			t.Fatalf("record %d refers to %d bytes, less than refMin", i, len(lane.recs[i].ref))
 		}
 	}
-	if refs != q.refs {
-		t.Fatalf("refs %d, records refer to %d", q.refs, refs)
+	if refs != lane.refs {
+		t.Fatalf("refs %d, records refer to %d", lane.refs, refs)
 	}
 	owned := 0
-	if q.buf != nil {
-		owned = cap(*q.buf)
+	if lane.buf != nil {
+		owned = cap(*lane.buf)
 	}
 	_, heldCap := q.heldBytes()
 	owned += heldCap
-	if q.first < len(q.recs) {
-		owned += cap(q.recs) * recordSize
+	if lane.first < len(lane.recs) {
+		owned += cap(lane.recs) * recordSize
 	}
 	if q.footprint() != int64(owned+refs) {
 		t.Fatalf("footprint %d, want %d owned + %d referred to", q.footprint(), owned, refs)

@@ -49,8 +49,8 @@ func (c *Conn) readMessage(ctx context.Context, dst []byte, own bool) (MessageTy
 	if c.rd.end != nil {
 		return 0, dst, c.deliverEnd()
 	}
-	if c.dl.watch(ctx, &c.dl.r) {
-		defer c.dl.unwatch(&c.dl.r)
+	if c.dl.watch(c, ctx, readDeadline) {
+		defer c.dl.unwatch(readDeadline)
 	}
 	if err := c.skipReader(ctx); err != nil {
 		return 0, dst, err
@@ -85,8 +85,8 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 	if c.rd.end != nil {
 		return 0, nil, c.deliverEnd()
 	}
-	if c.dl.watch(ctx, &c.dl.r) {
-		defer c.dl.unwatch(&c.dl.r)
+	if c.dl.watch(c, ctx, readDeadline) {
+		defer c.dl.unwatch(readDeadline)
 	}
 	if err := c.skipReader(ctx); err != nil {
 		return 0, nil, err
@@ -143,8 +143,8 @@ func (r *messageReader) Read(p []byte) (int, error) {
 	if !r.active {
 		return 0, io.EOF
 	}
-	if c.dl.watch(r.ctx, &c.dl.r) {
-		defer c.dl.unwatch(&c.dl.r)
+	if c.dl.watch(c, r.ctx, readDeadline) {
+		defer c.dl.unwatch(readDeadline)
 	}
 	for len(r.chunk) == 0 {
 		if r.fin {
@@ -433,7 +433,7 @@ func (c *Conn) violated(err error) error {
 // ioEnd turns a read error into how the connection ended.
 func (c *Conn) ioEnd(err error) *CloseError {
 	if c.isDone() {
-		return c.cl.final
+		return c.cl.final.Load()
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF

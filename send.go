@@ -80,7 +80,7 @@ func (c *Conn) SendCompress(typ MessageType, p []byte, mode Compress) (SendStatu
 func (c *Conn) sendFrame(op frame.Opcode, p []byte, prepared []byte, done func(error), mode Compress) (SendStatus, error) {
 	size := len(prepared)
 	if prepared == nil {
-		size = frameSize(len(p), !c.server)
+		size = frameSize(len(p), !c.rd.p.server)
 	}
 	if w := c.waiting.Load(); w > 0 && c.overLimit(int(w)+size+recordSize) {
 		// The peer takes nothing and the frame does not fit: dropped

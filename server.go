@@ -303,7 +303,7 @@ func (c *Conn) serve(s *Server) {
 	c.rd.g.Store(0)
 	<-c.Done()
 	if s.Close != nil {
-		c.callClose(s.Close, c.cl.final)
+		c.callClose(s.Close, c.cl.final.Load())
 	}
 	s.set.remove(c)
 }

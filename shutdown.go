@@ -4,14 +4,16 @@ import (
 	"context"
 	"net/http"
 	"sync"
+
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // connSet tracks a Server's open connections, and the handshakes in
 // progress, for Shutdown.
 type connSet struct {
 	mu      sync.Mutex
-	conns   map[*Conn]struct{}
-	pending int // handshakes between ServeHTTP's start and the connection's registration
+	conns   shrinkmap.Map[*Conn, struct{}] // gives back the room of a crowd that left
+	pending int                            // handshakes between ServeHTTP's start and the connection's registration
 	closing bool
 	empty   chan struct{} // closed when closing and nothing is left
 }
@@ -34,10 +36,7 @@ func (s *connSet) commit(c *Conn) bool {
 	defer s.mu.Unlock()
 	s.pending--
 	if c != nil {
-		if s.conns == nil {
-			s.conns = make(map[*Conn]struct{})
-		}
-		s.conns[c] = struct{}{}
+		s.conns.Set(c, struct{}{})
 	}
 	s.checkEmptyLocked()
 	return !s.closing
@@ -53,12 +52,12 @@ func (s *connSet) isClosing() bool {
 func (s *connSet) remove(c *Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.conns, c)
+	s.conns.Delete(c)
 	s.checkEmptyLocked()
 }
 
 func (s *connSet) checkEmptyLocked() {
-	if s.closing && len(s.conns) == 0 && s.pending == 0 && s.empty != nil {
+	if s.closing && s.conns.Len() == 0 && s.pending == 0 && s.empty != nil {
 		close(s.empty)
 		s.empty = nil
 	}
@@ -83,12 +82,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	set := &s.set
 	set.mu.Lock()
 	set.closing = true
-	open := make([]*Conn, 0, len(set.conns))
-	for c := range set.conns {
+	open := make([]*Conn, 0, set.conns.Len())
+	for c := range set.conns.All() {
 		open = append(open, c)
 	}
 	var empty chan struct{}
-	if len(set.conns) > 0 || set.pending > 0 {
+	if set.conns.Len() > 0 || set.pending > 0 {
 		if set.empty == nil {
 			set.empty = make(chan struct{})
 		}
@@ -110,7 +109,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Cut everything still open, including what registered after the
 	// snapshot (it was told to go when it did).
 	set.mu.Lock()
-	for c := range set.conns {
+	for c := range set.conns.All() {
 		open = append(open, c)
 	}
 	set.mu.Unlock()

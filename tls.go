@@ -379,6 +379,8 @@ func (t *tlsTransport) tryWritev(bufs [][]byte) (int, error) {
 
 func (t *tlsTransport) canTry() bool { return true }
 
+func (t *tlsTransport) netConn() net.Conn { return t.tc }
+
 // resumable: crypto/tls never saw the deadline (the socket's Write does not
 // fail), so a cut wait leaves the stream whole.
 func (t *tlsTransport) resumable() bool { return true }

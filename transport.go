@@ -104,6 +104,10 @@ type transport interface {
 	// next read; one read by a goroutine of the connection's own never
 	// yields (the scheduler shares the machine).
 	yieldInflating(n int) bool
+
+	// netConn is the connection the transport moves bytes over, as the
+	// Conn's addresses, deadlines and Close see it.
+	netConn() net.Conn
 }
 
 // outbox is a connection's send queue as its transport's flush sees it.
@@ -138,7 +142,7 @@ func newTransport(nc net.Conn) transport {
 		return t
 	}
 	if rc := rawConnOf(nc); rc != nil {
-		t := &socketTransport{rc: rc}
+		t := &socketTransport{rc: rc, nc: nc}
 		t.writeFn = t.doWrite
 		t.readFn = t.doRead
 		t.flushFn = t.doFlush
@@ -150,6 +154,7 @@ func newTransport(nc net.Conn) transport {
 // socketTransport does non-blocking system calls on a socket.
 type socketTransport struct {
 	rc syscall.RawConn
+	nc net.Conn
 
 	// Arguments and results of the RawConn callbacks, kept here so that
 	// the callbacks are made once and no call allocates.
@@ -247,6 +252,8 @@ func (t *socketTransport) resumable() bool { return true }
 
 func (t *socketTransport) canTry() bool { return true }
 
+func (t *socketTransport) netConn() net.Conn { return t.nc }
+
 func (t *socketTransport) aheadOfKernel() int { return 0 }
 
 // yieldInflating is false: a goroutine reads the connection.
@@ -316,6 +323,8 @@ func (t *streamTransport) tryWritev([][]byte) (int, error) { return 0, nil }
 func (t *streamTransport) resumable() bool { return false }
 
 func (t *streamTransport) canTry() bool { return false }
+
+func (t *streamTransport) netConn() net.Conn { return t.nc }
 
 // flush writes one chunk of the queue with a blocking write, outside the
 // lock.

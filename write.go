@@ -273,10 +273,10 @@ func (c *Conn) flushInline(ctx context.Context, seq uint64) error {
 // watchWrite makes a blocked write return when ctx ends, by moving the
 // write deadline into the past; unwatchWrite undoes it.
 func (c *Conn) watchWrite(ctx context.Context) bool {
-	return c.dl.watch(ctx, &c.dl.w)
+	return c.dl.watch(c, ctx, writeDeadline)
 }
 
-func (c *Conn) unwatchWrite() { c.dl.unwatch(&c.dl.w) }
+func (c *Conn) unwatchWrite() { c.dl.unwatch(writeDeadline) }
 
 // waitFlushed blocks until frame seq has left, the connection failed, or
 // ctx ended.
@@ -292,10 +292,11 @@ func (c *Conn) waitFlushed(ctx context.Context, seq uint64) error {
 			// and nobody took it: take it.
 			return c.flushInline(ctx, seq)
 		}
-		ch := c.wr.progress
+		m := c.wr.moreLocked()
+		ch := m.progress
 		if ch == nil {
 			ch = make(chan struct{})
-			c.wr.progress = ch
+			m.progress = ch
 		}
 		c.unlockWrite()
 		select {
@@ -341,7 +342,7 @@ func (c *Conn) abandonLocked(ctx context.Context, seq uint64) (fail bool, err er
 	}
 	if done, ok := c.wr.q.withdraw(seq); ok {
 		if done != nil {
-			c.wr.q.dones = append(c.wr.q.dones, doneCall{done, ctx.Err()})
+			c.wr.q.addDone(done, ctx.Err())
 		}
 		return false, ctx.Err()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // Slow subscribers: a /ws, /chat or Pusher (/app/KEY) connection whose
@@ -46,21 +47,25 @@ type slowWatch struct {
 	full    int           // queue bytes that count as at the limit
 	cut     func(c *rally.Conn, moved bool)
 
-	mu      sync.Mutex
-	conns   map[*rally.Conn]*slowState
+	mu    sync.Mutex
+	conns shrinkmap.Map[*rally.Conn, struct{}]
+	// atLimit is the state of the connections whose queue was at the
+	// limit at the last turn, and only theirs: a connection whose queue
+	// is not (nearly all of them) costs the watch its entry in conns.
+	atLimit map[*rally.Conn]*slowState
 	running bool // the watching goroutine exists
 }
 
-// slowState is what the watch remembers of one connection.
+// slowState is what the watch remembers of a connection at the limit.
 type slowState struct {
-	since time.Time // when its queue was first seen at the limit; zero: it is not
+	since time.Time // when its queue was first seen at the limit
 	last  int       // the queue's size at the last turn
 }
 
 // newSlowWatch returns a watch cutting connections whose queue holds full
 // bytes or more for timeout; timeout <= 0 or full <= 0 watches nothing.
 func newSlowWatch(timeout time.Duration, full int, cut func(c *rally.Conn, moved bool)) *slowWatch {
-	return &slowWatch{timeout: timeout, full: full, cut: cut, conns: map[*rally.Conn]*slowState{}}
+	return &slowWatch{timeout: timeout, full: full, cut: cut}
 }
 
 func (w *slowWatch) on() bool { return w.timeout > 0 && w.full > 0 }
@@ -71,7 +76,7 @@ func (w *slowWatch) add(c *rally.Conn) {
 		return
 	}
 	w.mu.Lock()
-	w.conns[c] = &slowState{}
+	w.conns.Set(c, struct{}{})
 	if !w.running {
 		w.running = true
 		go w.run()
@@ -85,7 +90,8 @@ func (w *slowWatch) remove(c *rally.Conn) {
 		return
 	}
 	w.mu.Lock()
-	delete(w.conns, c)
+	w.conns.Delete(c)
+	delete(w.atLimit, c)
 	w.mu.Unlock()
 }
 
@@ -97,25 +103,38 @@ func (w *slowWatch) run() {
 	var moved []bool
 	for now := range tick.C {
 		w.mu.Lock()
-		if len(w.conns) == 0 {
+		if w.conns.Len() == 0 {
 			w.running = false
-			w.conns = map[*rally.Conn]*slowState{} // a map does not shrink
+			w.conns.Clear()
+			w.atLimit = nil // a map does not shrink
 			w.mu.Unlock()
 			return
 		}
-		for c, st := range w.conns {
+		for c := range w.conns.All() {
 			n := c.BufferedCost()
+			st := w.atLimit[c]
 			switch {
 			case n < w.full:
-				st.since = time.Time{}
-			case st.since.IsZero():
-				st.since = now
+				if st != nil {
+					delete(w.atLimit, c)
+				}
+				continue
+			case st == nil:
+				if w.atLimit == nil {
+					w.atLimit = map[*rally.Conn]*slowState{}
+				}
+				w.atLimit[c] = &slowState{since: now, last: n}
+				continue
 			case now.Sub(st.since) >= w.timeout:
 				cut = append(cut, c)
 				moved = append(moved, n < st.last)
-				delete(w.conns, c)
+				w.conns.Delete(c)
+				delete(w.atLimit, c)
 			}
 			st.last = n
+		}
+		if len(w.atLimit) == 0 {
+			w.atLimit = nil // a map does not shrink: the next crowd at the limit makes a new one
 		}
 		w.mu.Unlock()
 		for i, c := range cut {
