@@ -81,8 +81,12 @@ func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
 	}
 }
 
+// handle delivers a record of the stream. It may run before
+// startJetStream has set j.h (the consumer starts inside OpenHistory): a
+// node joining a stream others publish to got records at once, and read
+// j.h unset; the epoch comes with the record.
 func (j *jsHistory) handle(r natsbroker.Record) {
-	env := positionedEnvelope(r.Topic, r.Seq, j.h.Epoch(), r.Data, r.Base64)
+	env := positionedEnvelope(r.Topic, r.Seq, r.Epoch, r.Data, r.Base64)
 	j.deliver(nil, r.Topic, r.Seq, r.Prev, env)
 }
 

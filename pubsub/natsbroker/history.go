@@ -58,6 +58,9 @@ type Record struct {
 	// bytes.
 	Data   []byte
 	Base64 bool
+	// Epoch is the history's epoch (see History.Epoch) as the record was
+	// delivered: known to the handler before OpenHistory has returned.
+	Epoch string
 }
 
 // History keeps the last messages of topics in a JetStream stream shared
@@ -211,6 +214,7 @@ func (h *History) handle(m jetstream.Msg) {
 		r.Prev = last.genuine
 	}
 	h.seen[topic] = histSeen{last: r.Seq, genuine: r.Seq}
+	r.Epoch = h.Epoch()
 	h.deliver(r)
 }
 
