@@ -347,6 +347,10 @@ type Result struct {
 	Sent    int
 	Queued  int
 	Dropped int
+	// Closing is the part of Dropped that went to subscribers closing or
+	// closed but not yet unsubscribed (their Close callback had not run):
+	// not a drop by their buffer limit.
+	Closing int
 }
 
 // Received returns how many subscribers accepted the message: Sent plus
@@ -368,7 +372,9 @@ func (r Result) Worst() rally.SendStatus {
 	return 0
 }
 
-func (r *Result) count(st rally.SendStatus) {
+// Add counts one more subscriber's send as Send or SendPrepared returned
+// it: for a publish's own sender with Options.PublishToSelf unset, say.
+func (r *Result) Add(st rally.SendStatus, err error) {
 	switch st {
 	case rally.Sent:
 		r.Sent++
@@ -376,6 +382,9 @@ func (r *Result) count(st rally.SendStatus) {
 		r.Queued++
 	default:
 		r.Dropped++
+		if err != nil {
+			r.Closing++
+		}
 	}
 }
 
@@ -447,8 +456,7 @@ func (h *Hub) deliver(from *rally.Conn, topic string, typ rally.MessageType, pay
 			if from != nil {
 				c.JoinCork(from)
 			}
-			st, _ := c.SendPrepared(pm)
-			r.count(st)
+			r.Add(c.SendPrepared(pm))
 		}
 	}
 	clear(subs) // the pool must not keep connections alive

@@ -428,3 +428,17 @@ func TestSubscriptionsAreChargedToTheBudgetRefusedPastItAndGivenBackWhenTheConne
 		t.Fatalf("the budget holds %d bytes, want 0", budget.Used())
 	}
 }
+
+// Result.Add counts a send as Send returned it; a send dropped because
+// the subscriber was closing (an error) is a drop, and a Closing one: a
+// server counting buffer-limit drops leaves those out.
+func TestResultAddTellsADropByTheLimitFromOneToAClosingSubscriber(t *testing.T) {
+	var r pubsub.Result
+	r.Add(rally.Sent, nil)
+	r.Add(rally.Queued, nil)
+	r.Add(rally.Dropped, nil)
+	r.Add(rally.Dropped, rally.ErrClosed)
+	if want := (pubsub.Result{Sent: 1, Queued: 1, Dropped: 2, Closing: 1}); r != want {
+		t.Fatalf("Result after sent, queued, dropped by the limit, dropped while closing = %+v, want %+v", r, want)
+	}
+}

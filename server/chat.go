@@ -30,14 +30,7 @@ func (s *Server) chatClose(c *rally.Conn, ce *rally.CloseError) {
 // every /chat client, the sender included, on every node.
 func (s *Server) chatMessage(c *rally.Conn, typ rally.MessageType, p []byte) {
 	res, err := s.hub.PublishFrom(c, chatTopic, typ, p)
-	switch st, _ := c.Send(typ, p); st {
-	case rally.Sent:
-		res.Sent++
-	case rally.Queued:
-		res.Queued++
-	default:
-		res.Dropped++
-	}
+	res.Add(c.Send(typ, p))
 	s.published("chat", res, len(p))
 	if err != nil {
 		s.m.drops.WithLabelValues("broker").Inc()

@@ -337,14 +337,7 @@ func (s *Server) wsPublish(c *rally.Conn, ss *wsSession, req *request) []byte {
 	*buf = env
 	res, err := s.hub.PublishFrom(c, req.Topic, rally.Text, env)
 	if req.Self && s.hub.IsSubscribed(c, req.Topic) {
-		switch st, _ := c.Send(rally.Text, env); st {
-		case rally.Sent:
-			res.Sent++
-		case rally.Queued:
-			res.Queued++
-		default:
-			res.Dropped++
-		}
+		res.Add(c.Send(rally.Text, env))
 	}
 	s.published("ws", res, len(env))
 	if err != nil {
@@ -382,8 +375,9 @@ func (s *Server) delivered(res pubsub.Result, size int) {
 	if res.Queued > 0 {
 		s.m.backpressure.Add(float64(res.Queued))
 	}
-	if res.Dropped > 0 {
-		s.m.drops.WithLabelValues("buffer_limit").Add(float64(res.Dropped))
+	if n := res.Dropped - res.Closing; n > 0 {
+		// A subscriber that was closing is not counted: its close is.
+		s.m.drops.WithLabelValues("buffer_limit").Add(float64(n))
 	}
 }
 
