@@ -21,13 +21,19 @@ import (
 // counted, and the one that reads keeps receiving. In both engines and
 // over HTTP/2, where the stream that is not read has its window at 0.
 func TestANeverReadingSubscriberIsCutAndAReadingOneKeepsReceiving(t *testing.T) {
+	inModesAndH2C(t, testSlowSubscriberCut)
+}
+
+// inModesAndH2C runs test in each engine over sockets, then over HTTP/2
+// (h2c).
+func inModesAndH2C(t *testing.T, test func(t *testing.T, h2 bool)) {
 	for _, mode := range serveModes {
 		t.Run(mode.name, func(t *testing.T) {
 			inMode(t, mode.eventLoop)
-			testSlowSubscriberCut(t, false)
+			test(t, false)
 		})
 	}
-	t.Run("h2c", func(t *testing.T) { testSlowSubscriberCut(t, true) })
+	t.Run("h2c", func(t *testing.T) { test(t, true) })
 }
 
 func testSlowSubscriberCut(t *testing.T, h2 bool) {
@@ -96,13 +102,7 @@ func testSlowSubscriberCut(t *testing.T, h2 bool) {
 // nothing is dropped for it meanwhile. (Without the rule: 5,400-6,500
 // messages before the cut under a 1 MiB limit; with it 540-810.)
 func TestASubscriberThatTakesNothingIsCutBeforeItsQueueFills(t *testing.T) {
-	for _, mode := range serveModes {
-		t.Run(mode.name, func(t *testing.T) {
-			inMode(t, mode.eventLoop)
-			testStalledSubscriberCut(t, false)
-		})
-	}
-	t.Run("h2c", func(t *testing.T) { testStalledSubscriberCut(t, true) })
+	inModesAndH2C(t, testStalledSubscriberCut)
 }
 
 func testStalledSubscriberCut(t *testing.T, h2 bool) {
