@@ -98,6 +98,15 @@ func inRuntimes(t *testing.T, runtimes []string, test func(t *testing.T, rt stri
 	}
 }
 
+// startJSClientThroughProxy starts the client in runtime against the
+// server at addr, through a proxy that can cut or stall the network
+// between them.
+func startJSClientThroughProxy(t *testing.T, runtime, addr string) (*cutProxy, *jsClient) {
+	proxy := newCutProxy(t, addr)
+	base := "http://" + proxy.Addr()
+	return proxy, startJSClient(t, runtime, base, base+"/ws", fastBackoff)
+}
+
 // startJSClient loads base/client.js into runtime and creates a Client on
 // url with options.
 func startJSClient(t *testing.T, runtime, base, url string, options map[string]any) *jsClient {

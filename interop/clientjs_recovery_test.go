@@ -54,9 +54,7 @@ func TestJSClientGetsEveryMessageExactlyOnceAcrossANetworkDrop(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
 		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
 			srv := startRallyServe(t, mode, historyConfig(1000))
-			proxy := newCutProxy(t, srv.addr)
-			base := "http://" + proxy.Addr()
-			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			proxy, c := startJSClientThroughProxy(t, rt, srv.addr)
 			connectAndSubscribe(t, c)
 
 			var got []int
@@ -178,9 +176,7 @@ func TestJSClientIsToldWhenHistoryNoLongerHoldsWhatItMissed(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
 		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
 			srv := startRallyServe(t, mode, historyConfig(5))
-			proxy := newCutProxy(t, srv.addr)
-			base := "http://" + proxy.Addr()
-			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			proxy, c := startJSClientThroughProxy(t, rt, srv.addr)
 			connectAndSubscribe(t, c)
 			publishHTTP(t, srv.addr, "news", map[string]int{"n": 1})
 			if e, _ := c.until("message"); numbered(t, c, e) != 1 {
@@ -216,9 +212,7 @@ func TestJSClientIsToldWhenTheServerCameBackWithAnotherHistory(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
 		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
 			first := startRallyServe(t, mode, historyConfig(100))
-			proxy := newCutProxy(t, first.addr)
-			base := "http://" + proxy.Addr()
-			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			proxy, c := startJSClientThroughProxy(t, rt, first.addr)
 			sub := connectAndSubscribe(t, c)
 			publishHTTP(t, first.addr, "news", map[string]int{"n": 1})
 			if e, _ := c.until("message"); numbered(t, c, e) != 1 {
@@ -270,9 +264,7 @@ func TestJSClientRecoversOnAnotherNodeAfterItsServerDies(t *testing.T) {
 			}
 			topic := "nodes." + rt
 			a, b := node("a"), node("b")
-			proxy := newCutProxy(t, a.addr)
-			base := "http://" + proxy.Addr()
-			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			proxy, c := startJSClientThroughProxy(t, rt, a.addr)
 			c.do("subscribe", map[string]any{"topic": topic})
 			c.do("connect", nil)
 			if s, _ := c.until("subscribed"); s.Position == nil {
@@ -411,9 +403,7 @@ func TestJSClientRecoversTenThousandMissedMessages(t *testing.T) {
 		cfg := historyConfig(total)
 		cfg.History.RecoveryLimit = total
 		srv := startRallyServe(t, mode, cfg)
-		proxy := newCutProxy(t, srv.addr)
-		base := "http://" + proxy.Addr()
-		c := startJSClient(t, "node-ws", base, base+"/ws", fastBackoff)
+		proxy, c := startJSClientThroughProxy(t, "node-ws", srv.addr)
 		connectAndSubscribe(t, c)
 		proxy.Cut()
 		c.expect("disconnected")
@@ -472,9 +462,7 @@ func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 				cfg.SubscriberSendBuffer = 64 << 10 // the default, named: the sizing below counts on it
 				cfg.ShutdownTimeout = 30 * time.Second
 				srv := startRallyServe(t, mode, cfg)
-				proxy := newCutProxy(t, srv.addr)
-				base := "http://" + proxy.Addr()
-				c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+				proxy, c := startJSClientThroughProxy(t, rt, srv.addr)
 				connectAndSubscribe(t, c)
 				proxy.Stall()
 				// Twice what the way to the client can hold while stalled: the

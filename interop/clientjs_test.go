@@ -61,9 +61,7 @@ func TestJSClientReconnectsAndResubscribesAfterTheNetworkDrops(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
 		inRuntimes(t, jsRuntimes, func(t *testing.T, rt string) {
 			srv := startRallyServe(t, mode, serverConfig())
-			proxy := newCutProxy(t, srv.addr)
-			base := "http://" + proxy.Addr()
-			c := startJSClient(t, rt, base, base+"/ws", fastBackoff)
+			proxy, c := startJSClientThroughProxy(t, rt, srv.addr)
 			c.do("subscribe", map[string]any{"topic": "news"})
 			c.do("connect", nil)
 			if e := c.expect("connecting"); e.Attempt != 0 || e.Delay != 0 {
