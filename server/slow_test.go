@@ -37,35 +37,7 @@ func inModesAndH2C(t *testing.T, test func(t *testing.T, h2 bool)) {
 }
 
 func testSlowSubscriberCut(t *testing.T, h2 bool) {
-	s := serve(t, Config{
-		BufferLimit:          64 << 10,
-		SubscriberSendBuffer: 16 << 10,
-		// No memory budget: what is measured is this rule, not shedding.
-		Protection:            Protection{MemoryLimit: -1},
-		SlowSubscriberTimeout: 300 * time.Millisecond,
-		H2C:                   h2,
-		HandshakeRate:         -1,
-	})
-	opts := func(window int) *rally.DialOptions {
-		if !h2 {
-			if window > 0 {
-				return smallReadBuffer()
-			}
-			return nil
-		}
-		// A transport each: the stream that is not read must not take
-		// the window of the connection the other one uses.
-		tr := &http.Transport{ForceAttemptHTTP2: true, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: window}}
-		t.Cleanup(tr.CloseIdleConnections)
-		return &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr}
-	}
-	subscribe := `{"type":"subscribe","topic":"flood","id":1}`
-	slow := dial(t, s.ws+"/ws", opts(16<<10))
-	slow.send(subscribe)
-	fast := dial(t, s.ws+"/ws", opts(0))
-	fast.send(subscribe)
-	fast.expect(`{"type":"ack","id":1}`)
-	pub := dial(t, s.ws+"/ws", nil)
+	s, slow, fast, pub := floodTopic(t, h2, 64<<10)
 	if h2 != slow.c.HTTP2() {
 		t.Fatalf("subscriber over HTTP/2: %v, want %v", slow.c.HTTP2(), h2)
 	}
@@ -106,28 +78,7 @@ func TestASubscriberThatTakesNothingIsCutBeforeItsQueueFills(t *testing.T) {
 }
 
 func testStalledSubscriberCut(t *testing.T, h2 bool) {
-	s := serve(t, Config{
-		BufferLimit:           16 << 20,
-		SubscriberSendBuffer:  16 << 10,
-		Protection:            Protection{MemoryLimit: -1},
-		SlowSubscriberTimeout: 300 * time.Millisecond,
-		H2C:                   h2,
-		HandshakeRate:         -1,
-	})
-	slowOpts := smallReadBuffer()
-	if h2 {
-		tr := &http.Transport{ForceAttemptHTTP2: true, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 16 << 10}}
-		t.Cleanup(tr.CloseIdleConnections)
-		slowOpts = &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr}
-	}
-	subscribe := `{"type":"subscribe","topic":"flood","id":1}`
-	slow := dial(t, s.ws+"/ws", slowOpts)
-	slow.send(subscribe)
-	fast := dial(t, s.ws+"/ws", nil)
-	fast.send(subscribe)
-	fast.expect(`{"type":"ack","id":1}`)
-	pub := dial(t, s.ws+"/ws", nil)
-
+	s, slow, fast, pub := floodTopic(t, h2, 16<<20)
 	msg := fmt.Sprintf(`{"type":"publish","topic":"flood","data":%q}`, strings.Repeat("x", 1000))
 	r := startSlowCut(t, s, fast.c, `"type":"message"`, func() { pub.send(msg) })
 	r.untilCut()
@@ -143,6 +94,43 @@ func testStalledSubscriberCut(t *testing.T, h2 bool) {
 		t.Fatalf("rally_drops_total{reason=\"buffer_limit\"} is %v: the queue of the subscriber that took nothing reached its limit before it was cut", n)
 	}
 	r.readerStillServed()
+}
+
+// floodTopic serves rally serve with the buffer limit given and opens
+// three /ws clients: slow and fast subscribed to the topic "flood" (over
+// HTTP/2 when h2, slow's with a 16 KiB window, else with a 4 KiB kernel
+// receive buffer), and pub to publish to it.
+func floodTopic(t *testing.T, h2 bool, bufferLimit int) (s *testServer, slow, fast, pub *client) {
+	s = serve(t, Config{
+		BufferLimit:          bufferLimit,
+		SubscriberSendBuffer: 16 << 10,
+		// No memory budget: what is measured is this rule, not shedding.
+		Protection:            Protection{MemoryLimit: -1},
+		SlowSubscriberTimeout: 300 * time.Millisecond,
+		H2C:                   h2,
+		HandshakeRate:         -1,
+	})
+	opts := func(window int) *rally.DialOptions {
+		if !h2 {
+			if window > 0 {
+				return smallReadBuffer()
+			}
+			return nil
+		}
+		// A transport each: the stream that is not read must not take
+		// the window of the connection the other one uses.
+		tr := &http.Transport{ForceAttemptHTTP2: true, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: window}}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr}
+	}
+	subscribe := `{"type":"subscribe","topic":"flood","id":1}`
+	slow = dial(t, s.ws+"/ws", opts(16<<10))
+	slow.send(subscribe)
+	fast = dial(t, s.ws+"/ws", opts(0))
+	fast.send(subscribe)
+	fast.expect(`{"type":"ack","id":1}`)
+	pub = dial(t, s.ws+"/ws", nil)
+	return s, slow, fast, pub
 }
 
 // endOf reads c until it ends and returns the close code it ended with,
