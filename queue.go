@@ -262,8 +262,72 @@ func (q *sendQueue) referShared(r *record, ref []byte, s *frameShare) {
 const recordSize = int(unsafe.Sizeof(record{}))
 
 // keepRecords is the most records whose array an empty queue keeps for
-// the next frames: a larger one (a slow peer's backlog) is given back.
+// the next frames: a larger one (a slow peer's backlog) is given back,
+// to recordArrays if it is one of their sizes.
 const keepRecords = 64
+
+// recordArrays keep the record arrays of keepRecords<<(i+1) records
+// (128 to 1024: as many frames as one writev carries, iovMax), each in a
+// lane that holds nothing else, for the queues that grow past
+// keepRecords. A fan-out gathers a frame per publish for each receiver
+// (a shared frame is a record of its own, invariant 9): a chat turn of
+// 32 publishers and 8 messages each is 256 records per receiver, and the
+// arrays that grew to hold them, 33 KB per receiver and turn, were the
+// larger part of what the process allocated. Arrays of other sizes
+// (larger ones, a slow peer's backlog) are left to the collector.
+var recordArrays [4]sync.Pool
+
+// recordArrayClass returns i for an array of keepRecords<<(i+1) records
+// (see recordArrays), else -1.
+func recordArrayClass(n int) int {
+	for i := range recordArrays {
+		if n == keepRecords<<(i+1) {
+			return i
+		}
+	}
+	return -1
+}
+
+// roomForRecord makes room for one more record. A full array of fewer
+// than keepRecords grows by doubling; one of keepRecords or more is replaced by one of the next of recordArrays'
+// sizes, taken from them when they have one; the full array goes back to
+// them (or to lanes, if it is of keepRecords or fewer).
+func (q *sendQueue) roomForRecord() {
+	n := cap(q.recs)
+	if len(q.recs) < n {
+		return
+	}
+	if n < keepRecords {
+		// Doubled up to keepRecords exactly (append would round to
+		// the allocator's sizes, 68 records past 34), so that the lane
+		// keeps its array.
+		recs := make([]record, n, min(max(2*n, 4), keepRecords))
+		copy(recs, q.recs)
+		q.recs = recs
+		return
+	}
+	i := 0
+	for i < len(recordArrays) && keepRecords<<(i+1) <= n {
+		i++
+	}
+	if i == len(recordArrays) {
+		return // append grows it
+	}
+	b, _ := recordArrays[i].Get().(*queueLane)
+	if b == nil {
+		b = &queueLane{recs: make([]record, 0, keepRecords<<(i+1))}
+	}
+	recs := append(b.recs[:0], q.recs...)
+	clear(q.recs)
+	b.recs = q.recs[:0]
+	q.recs = recs
+	switch j := recordArrayClass(n); {
+	case j >= 0:
+		recordArrays[j].Put(b)
+	case n <= keepRecords:
+		lanes.Put(b)
+	}
+}
 
 // present is how many of the record's bytes the queue still has.
 func (r *record) present() int { return r.oend - r.ostart + len(r.ref) }
@@ -476,6 +540,7 @@ func (q *sendQueue) appendRecord(r record, size int) {
 	r.oend = q.olen()
 	r.ostart = r.oend - (size - len(r.ref))
 	r.end = q.tail() + size
+	q.roomForRecord()
 	q.recs = append(q.recs, r)
 }
 
@@ -557,6 +622,7 @@ func (q *sendQueue) endStream() uint64 {
 	for _, r := range h.recs {
 		q.seq++
 		tail += r.end - prev
+		q.roomForRecord()
 		q.recs = append(q.recs, record{end: tail, ostart: base + prev, oend: base + r.end, seq: q.seq, keep: r.keep, done: r.done})
 		prev = r.end
 	}
@@ -643,6 +709,7 @@ func (q *sendQueue) pushPong(f []byte) {
 		r.ostart += len(f)
 		r.oend += len(f)
 	}
+	q.roomForRecord()
 	q.recs = append(q.recs, record{})
 	copy(q.recs[at+1:], q.recs[at:])
 	q.recs[at] = record{end: off + len(f), ostart: pos, oend: pos + len(f), pong: true}
@@ -760,14 +827,17 @@ func (q *sendQueue) releaseIfEmpty() {
 	}
 	bufpool.Put(l.buf)
 	recs := l.recs
+	clear(recs)
+	q.queueLane = nil
+	if i := recordArrayClass(cap(recs)); i >= 0 {
+		*l = queueLane{recs: recs[:0]}
+		recordArrays[i].Put(l)
+		return
+	}
 	if cap(recs) > keepRecords {
 		recs = nil
-	} else {
-		clear(recs)
-		recs = recs[:0]
 	}
-	*l = queueLane{recs: recs}
-	q.queueLane = nil
+	*l = queueLane{recs: recs[:0]}
 	lanes.Put(l)
 }
 
