@@ -129,7 +129,7 @@ type histHub struct {
 	bufferLimit int
 	// budget is charged for the subscribers and their buffers.
 	budget    *rally.MemoryBudget
-	onDeliver func(n, dropped, size int)
+	onDeliver func(n, dropped, closing, size int)
 }
 
 type histTopic struct {
@@ -242,7 +242,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 	if t == nil {
 		return
 	}
-	n, dropped := 0, 0
+	n, dropped, closing := 0, 0, 0
 	t.mu.Lock()
 	for c, s := range t.subs {
 		if s.buffering {
@@ -274,6 +274,9 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 		}
 		if st, err := c.Send(rally.Text, env); err != nil || st == rally.Dropped {
 			dropped++
+			if err != nil {
+				closing++ // not a drop by its limit (see pubsub.Result.Closing)
+			}
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
 		}
@@ -281,7 +284,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 	}
 	t.mu.Unlock()
 	if h.onDeliver != nil {
-		h.onDeliver(n, dropped, len(env))
+		h.onDeliver(n, dropped, closing, len(env))
 	}
 }
 
@@ -562,8 +565,8 @@ func (s *Server) historyError(id []byte, err error) []byte {
 func (s *Server) startHistory() error {
 	s.histHub = newHistHub(s.cfg.History.RecoveryLimit + 1024)
 	s.replays = newAdmission(s.cfg.History.Replays)
-	s.histHub.onDeliver = func(n, dropped, size int) {
-		s.delivered(pubsub.Result{Sent: n, Dropped: dropped}, size)
+	s.histHub.onDeliver = func(n, dropped, closing, size int) {
+		s.delivered(pubsub.Result{Sent: n, Dropped: dropped, Closing: closing}, size)
 	}
 	s.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_recoveries_total",
