@@ -127,10 +127,11 @@ type ConnOptions struct {
 	// the largest send queues are cut first. nil means no budget.
 	MemoryBudget *MemoryBudget
 
-	// WriteStallTimeout, when positive, ends the connection (1006, with an
-	// error saying so) when bytes have waited to be sent this long without
-	// the peer taking a single one: a peer that stopped reading is let go
-	// instead of holding its queue forever. 0 means no limit.
+	// WriteStallTimeout, when positive, ends the connection (1006, its
+	// CloseError's Err wrapping ErrWriteStalled) when bytes have waited to
+	// be sent this long without the peer taking a single one: a peer that
+	// stopped reading is let go instead of holding its queue forever. 0
+	// means no limit.
 	WriteStallTimeout time.Duration
 }
 
