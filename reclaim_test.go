@@ -16,7 +16,13 @@ import (
 // opening as others end do not trigger it.
 func TestConnectStormsAndMassDisconnectsGiveTheMemoryBackOncePerWave(t *testing.T) {
 	// What the heap keeps free without giving it back, right after each
-	// reclaim.
+	// reclaim. debug.FreeOSMemory cannot give back the free pages each
+	// running P keeps in its page cache (up to 64 pages of 8 KiB): in a
+	// process whose heap earlier work has broken up, as in a full run of
+	// the package, those pages are ones that were never returned, up to
+	// 512 KiB a P, where a fresh process caches pages never used.
+	const pageCache = 64 * 8 << 10
+	limit := uint64(1<<20 + runtime.GOMAXPROCS(0)*pageCache)
 	reclaimed := make(chan uint64, 10)
 	hook := func() {
 		var m runtime.MemStats
@@ -47,8 +53,8 @@ func TestConnectStormsAndMassDisconnectsGiveTheMemoryBackOncePerWave(t *testing.
 		t.Helper()
 		select {
 		case kept := <-reclaimed:
-			if kept > 1<<20 {
-				t.Errorf("%s: after the reclaim the heap keeps %d free bytes from the system", what, kept)
+			if kept > limit {
+				t.Errorf("%s: after the reclaim the heap keeps %d free bytes from the system, want at most %d", what, kept, limit)
 			}
 		case <-time.After(time.Minute):
 			t.Fatalf("%s: no reclaim a minute later", what)
