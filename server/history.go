@@ -129,7 +129,7 @@ type histHub struct {
 	bufferLimit int
 	// budget is charged for the subscribers and their buffers.
 	budget    *rally.MemoryBudget
-	onDeliver func(n, dropped, closing, size int)
+	onDeliver func(res pubsub.Result, size int)
 }
 
 type histTopic struct {
@@ -242,7 +242,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 	if t == nil {
 		return
 	}
-	n, dropped, closing := 0, 0, 0
+	var res pubsub.Result
 	t.mu.Lock()
 	for c, s := range t.subs {
 		if s.buffering {
@@ -264,7 +264,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 			continue
 		}
 		if s.sent != 0 && prev > s.sent {
-			dropped++
+			res.Dropped++
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
 		}
@@ -273,18 +273,15 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 			c.JoinCork(from)
 		}
 		if st, err := c.Send(rally.Text, env); err != nil || st == rally.Dropped {
-			dropped++
-			if err != nil {
-				closing++ // not a drop by its limit (see pubsub.Result.Closing)
-			}
+			res.Add(rally.Dropped, err) // a closing subscriber counts in Closing too
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
 		}
-		n++
+		res.Sent++
 	}
 	t.mu.Unlock()
 	if h.onDeliver != nil {
-		h.onDeliver(n, dropped, closing, len(env))
+		h.onDeliver(res, len(env))
 	}
 }
 
@@ -565,9 +562,7 @@ func (s *Server) historyError(id []byte, err error) []byte {
 func (s *Server) startHistory() error {
 	s.histHub = newHistHub(s.cfg.History.RecoveryLimit + 1024)
 	s.replays = newAdmission(s.cfg.History.Replays)
-	s.histHub.onDeliver = func(n, dropped, closing, size int) {
-		s.delivered(pubsub.Result{Sent: n, Dropped: dropped, Closing: closing}, size)
-	}
+	s.histHub.onDeliver = s.delivered
 	s.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rally_recoveries_total",
 		Help: "Subscribes that asked for the messages missed since a position, by outcome (recovered, or the reason they were not: epoch, expired, limit, no_history, unavailable).",
