@@ -509,7 +509,7 @@ func (q *sendQueue) joinLast(size int) bool {
 		return false
 	}
 	l := &q.recs[n-1]
-	if !l.join || len(l.ref) > 0 || l.oend != q.olen()-size {
+	if !l.join || l.oend != q.olen()-size { // a joinable record owns all its bytes (push)
 		return false
 	}
 	start := q.start
