@@ -91,9 +91,17 @@ func drawAdversary(seed uint64, conns int, spread time.Duration) []adversaryClie
 	return out
 }
 
+// wellBehaved reports whether a behaviour is one of a client the server
+// must serve, not an attacker's: the adversary starts these first, and
+// measures the fast subscriber beside them before any attacker comes.
+func wellBehaved(behaviour string) bool {
+	return behaviour == "publisher" || behaviour == "subscriber"
+}
+
 // adversary runs the draw: the fast subscriber alone for a sixth of the
-// window, then every client at its drawn start (within the next third),
-// the fast subscriber measured over the last third.
+// window, then beside the draw's well-behaved clients for the next sixth,
+// then the attackers each at its drawn start (within the next sixth), the
+// fast subscriber measured over the last third.
 func (h *hostileRun) adversary(ctx context.Context) {
 	wsURL := h.cfg.URL
 	echo, err := newTarget(h.cfg.ProbeURL, true, false)
@@ -102,7 +110,7 @@ func (h *hostileRun) adversary(ctx context.Context) {
 		return
 	}
 	bombTarget, _ := newTarget(h.cfg.ProbeURL, true, true)
-	clients := drawAdversary(h.cfg.Seed, h.cfg.Conns, h.cfg.Duration/3)
+	clients := drawAdversary(h.cfg.Seed, h.cfg.Conns, h.cfg.Duration/6)
 	for _, c := range clients {
 		h.res.Behaviours[c.behaviour]++
 	}
@@ -115,9 +123,18 @@ func (h *hostileRun) adversary(ctx context.Context) {
 	}
 	defer f.close()
 	h.res.FastSoloRate = f.rate(ctx, h.cfg.Duration/6)
-	began := time.Now()
 	var wg sync.WaitGroup
 	for _, c := range clients {
+		if wellBehaved(c.behaviour) {
+			wg.Go(func() { a.run(ctx, c) })
+		}
+	}
+	h.res.FastPeersRate = f.rate(ctx, h.cfg.Duration/6)
+	began := time.Now()
+	for _, c := range clients {
+		if wellBehaved(c.behaviour) {
+			continue
+		}
 		wg.Go(func() {
 			if wait := c.start - time.Since(began); wait > 0 {
 				select {

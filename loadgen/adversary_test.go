@@ -91,6 +91,9 @@ func TestAdversaryLeavesRallyServeHoldingNoConnectionAndNoCharge(t *testing.T) {
 			if res.Published == 0 || res.FastSoloRate == 0 {
 				t.Errorf("published %d, fast subscriber %.0f/s alone: the well-behaved pair did not run", res.Published, res.FastSoloRate)
 			}
+			if res.Behaviours["subscriber"] > 0 && res.FastPeersRate == 0 {
+				t.Errorf("seed 3 drew %d subscribers, but the fast subscriber had no rate beside them before the attack", res.Behaviours["subscriber"])
+			}
 		})
 	}
 }

@@ -30,3 +30,13 @@ func DrawAdversary(seed uint64, conns int) []string {
 	}
 	return out
 }
+
+// FastRateVerdict returns the verdict's reasons for a run whose fast
+// subscriber had these rates (0: not measured), every other bound met.
+func FastRateVerdict(solo, peers, attack float64) []string {
+	h := &hostileRun{cfg: HostileConfig{MaxRSS: 1 << 40, MaxProbeP99: 1 << 62}, res: &HostileResult{
+		FastSoloRate: solo, FastPeersRate: peers, FastAttackRate: attack,
+	}}
+	h.verdict()
+	return h.res.Reasons
+}

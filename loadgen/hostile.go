@@ -36,7 +36,7 @@ var hostileScenarios = []struct{ name, what string }{
 	{"many-subs", "--conns (5000) connections to /ws of rally serve, each subscribing to --size (100) topics of its\n              own with 128-byte names and reading"},
 	{"reconnect-old", "one client publishes --size (999) messages on the history topic \"hostile\" of /ws (serve with\n              --history hostile --history-size 1000), then --conns (2000) clients reconnect at once, each\n              recovering them all from the position before them, again and again"},
 	{"bomb", "--conns (50) clients of an echo endpoint each sending a compressed message that inflates to\n              --size (2 GiB), on a new connection each time, again and again"},
-	{"adversary", "--conns (200) clients each picking, from --seed, a behaviour: slowloris, head-hold, partial,\n              non-reader, bomb, ping-flood, reconnect, garbage, many-subs, publisher or subscriber;\n              URL is the /ws endpoint of rally serve. After all leave, the server must hold no\n              connection and no budget charge (read from --metrics, default /metrics on the host)"},
+	{"adversary", "--conns (200) clients each picking, from --seed, a behaviour: slowloris, head-hold, partial,\n              non-reader, bomb, ping-flood, reconnect, garbage, many-subs, publisher or subscriber;\n              URL is the /ws endpoint of rally serve. The publishers and subscribers come first; the\n              fast subscriber under attack must keep half its rate beside them. After all leave,\n              the server must hold no connection and no budget charge (read from --metrics,\n              default /metrics on the host)"},
 }
 
 // scenarioNames lists every scenario of rally bench, for its errors:
@@ -123,8 +123,13 @@ type HostileResult struct {
 	// server was slow to accept from an echo it was slow to answer.
 	SlowestProbes []ProbeTiming `json:"slowest_probes,omitempty"`
 	// For slow-read: a fast subscriber's deliveries per second alone and
-	// once the slow subscribers' queues are full.
+	// once the slow subscribers' queues are full. For the adversary,
+	// FastPeersRate is its rate beside the draw's well-behaved clients
+	// before any attacker came (its subscribers share its topic, so the
+	// server does their work too), and the rate under attack is held to
+	// that one: what the attackers take is the difference.
 	FastSoloRate   float64 `json:"fast_solo_per_s,omitempty"`
+	FastPeersRate  float64 `json:"fast_with_peers_per_s,omitempty"`
 	FastAttackRate float64 `json:"fast_under_attack_per_s,omitempty"`
 	Published      int64   `json:"published,omitempty"`
 	// For the adversary: the seed, how many clients picked each
@@ -335,7 +340,12 @@ func (h *hostileRun) verdict() {
 	if r.ProbeFailures*100 > r.Probes {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("%d of %d probes failed", r.ProbeFailures, r.Probes))
 	}
-	if r.FastSoloRate > 0 && r.FastAttackRate < r.FastSoloRate/2 {
+	switch {
+	case r.FastPeersRate > 0:
+		if r.FastAttackRate < r.FastPeersRate/2 {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("fast subscriber at %.0f/s under attack, under half its %.0f/s beside the well-behaved clients alone", r.FastAttackRate, r.FastPeersRate))
+		}
+	case r.FastSoloRate > 0 && r.FastAttackRate < r.FastSoloRate/2:
 		r.Reasons = append(r.Reasons, fmt.Sprintf("fast subscriber at %.0f/s under attack, under half its %.0f/s alone", r.FastAttackRate, r.FastSoloRate))
 	}
 	if r.Behaviours != nil && r.ConnsAfter < 0 {
@@ -372,7 +382,10 @@ func (r *HostileResult) WriteSummary(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  slowest probes: %s\n", strings.Join(parts, "; "))
 	}
-	if r.FastSoloRate > 0 {
+	switch {
+	case r.FastPeersRate > 0:
+		fmt.Fprintf(w, "  fast subscriber: %.0f/s alone, %.0f/s beside the well-behaved clients, %.0f/s under attack (%d published)\n", r.FastSoloRate, r.FastPeersRate, r.FastAttackRate, r.Published)
+	case r.FastSoloRate > 0:
 		fmt.Fprintf(w, "  fast subscriber: %.0f/s alone, %.0f/s under attack (%d published)\n", r.FastSoloRate, r.FastAttackRate, r.Published)
 	}
 	if r.Behaviours != nil {

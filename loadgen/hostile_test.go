@@ -80,6 +80,29 @@ func TestHostileVerdictFailsPastTheMemoryBound(t *testing.T) {
 	}
 }
 
+// The adversary's well-behaved subscribers share the fast subscriber's
+// topic, so the server does their work too: the rate under attack is held
+// to the rate beside them, not to the rate alone.
+func TestTheAdversaryHoldsTheFastSubscriberToItsRateBesideTheWellBehavedClients(t *testing.T) {
+	for _, c := range []struct {
+		solo, peers, attack float64
+		fail                string
+	}{
+		{100, 40, 25, ""},
+		{100, 40, 15, "under half its 40/s beside the well-behaved clients alone"},
+		{100, 0, 60, ""},
+		{100, 0, 40, "under half its 100/s alone"},
+	} {
+		reasons := loadgen.FastRateVerdict(c.solo, c.peers, c.attack)
+		switch {
+		case c.fail == "" && len(reasons) > 0:
+			t.Errorf("%v/s alone, %v/s beside, %v/s under attack: %v, want a pass", c.solo, c.peers, c.attack, reasons)
+		case c.fail != "" && (len(reasons) != 1 || !strings.Contains(reasons[0], c.fail)):
+			t.Errorf("%v/s alone, %v/s beside, %v/s under attack: %v, want %q", c.solo, c.peers, c.attack, reasons, c.fail)
+		}
+	}
+}
+
 func TestHostileMainRefusesAnUnknownScenarioAndBadFlagsWith2(t *testing.T) {
 	for _, args := range [][]string{
 		{"slowloris"},
