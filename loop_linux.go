@@ -420,13 +420,26 @@ func (c *Conn) keepaliveToLoop(t *loopTransport) {
 	}
 }
 
+// defaultEventLoops is the number of loops of a Server that does not say:
+// half the Ps, rounded up. A loop keeps a P while it turns; the other
+// half is left to what runs beside the loops (handshakes, the garbage
+// collector's workers, the program's own goroutines). Fewer loops also
+// cost less per message: what one loop's turn sends to another loop's
+// connections is handed over or written under their locks, and each
+// turn gathers more. On two cores one loop cost less server CPU per
+// message than two in 17 of 18 comparisons of the bench module, chat by
+// up to half (docs/BENCHMARKS.md, "How many event loops").
+func defaultEventLoops() int {
+	return (runtime.GOMAXPROCS(0) + 1) / 2
+}
+
 // pick chooses the loop for a new connection, the least loaded, starting
 // it if it does not run. The caller holds grp.mu.
 func (grp *loopGroup) pick(s *Server) (*loop, error) {
 	if grp.slots == nil {
 		n := s.EventLoops
 		if n <= 0 {
-			n = runtime.GOMAXPROCS(0)
+			n = defaultEventLoops()
 		}
 		grp.slots = make([]*loop, n)
 	}

@@ -92,8 +92,11 @@ type Server struct {
 	EventLoop bool
 
 	// EventLoops is the number of event loops when EventLoop is set; 0
-	// means runtime.GOMAXPROCS(0). A loop's goroutine exists only while
-	// the loop has connections.
+	// means half of runtime.GOMAXPROCS(0), rounded up (one on two
+	// cores): the other Ps are left to handshakes, the garbage collector
+	// and the program's goroutines, and fewer loops hand fewer sends over
+	// between them. A loop's goroutine exists only while the loop has
+	// connections.
 	EventLoops int
 
 	set   connSet

@@ -127,7 +127,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "../docs/BENCHMARKS.md", "report to write (between its peers markers, when it has them)")
 	flag.StringVar(&o.charts, "charts", "results", "directory of the SVG charts and the raw JSON (relative to the bench module)")
 	flag.StringVar(&o.only, "scenarios", "", "comma-separated scenario ids to run (default all)")
-	flag.StringVar(&o.onlyPeers, "peers", "", "comma-separated peer names to run (default all)")
+	flag.StringVar(&o.onlyPeers, "peers", "", "comma-separated peer names to run (default all but those run only when named: the event-loop count peers)")
 	flag.BoolVar(&o.compress, "compress-scenarios", true, "run the permessage-deflate scenarios (ids ending in -deflate) when -scenarios does not name them")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 round of 0.5 s windows, 1000 idle connections, report in a temporary directory")
 	flag.StringVar(&o.profile, "profile", "", "instead of the comparison, run this scenario id on rally alone and save a CPU profile of the server in the charts directory")
@@ -179,7 +179,7 @@ func run(ctx context.Context, o options) error {
 	var list []*peer
 	for i := range peers {
 		p := &peers[i]
-		if o.onlyPeers == "" || slices.Contains(strings.Split(o.onlyPeers, ","), p.Name) {
+		if o.onlyPeers == "" && !p.Named || slices.Contains(strings.Split(o.onlyPeers, ","), p.Name) {
 			list = append(list, p)
 		}
 	}

@@ -34,6 +34,10 @@ type peer struct {
 	Compress bool
 	// Pending, when set, says why the peer cannot run yet.
 	Pending string
+	// Named marks a peer that runs only when -peers names it: a variant
+	// of another peer kept for one comparison (docs/BENCHMARKS.md says
+	// which), not for the report.
+	Named bool
 }
 
 // peers lists the servers in the order of the report. gorilla is the
@@ -47,6 +51,16 @@ var peers = []peer{
 		How: "the rally peer with its chat written as rally's docs show a user: pubsub.Hub, Subscribe in Open, Hub.PublishFrom in Message (publish-to-self on)"},
 	{Name: "rally-hub-loop", Kind: "go", Compress: true, Pkg: "./peers/rally", Args: []string{"-hub", "-event-loop"},
 		How: "the rally-hub peer with rally.Server.EventLoop set: Hub.PublishFrom from the event loops' Message callbacks"},
+	// The rally peers with a given number of event loops, for the
+	// comparison of docs/BENCHMARKS.md, "How many event loops".
+	{Name: "rally-loop-1", Kind: "go", Compress: true, Pkg: "./peers/rally", Args: []string{"-event-loop", "-loops", "1"}, Named: true,
+		How: "the rally-loop peer with one event loop (rally.Server.EventLoops = 1)"},
+	{Name: "rally-loop-2", Kind: "go", Compress: true, Pkg: "./peers/rally", Args: []string{"-event-loop", "-loops", "2"}, Named: true,
+		How: "the rally-loop peer with two event loops"},
+	{Name: "rally-hub-loop-1", Kind: "go", Compress: true, Pkg: "./peers/rally", Args: []string{"-hub", "-event-loop", "-loops", "1"}, Named: true,
+		How: "the rally-hub-loop peer with one event loop"},
+	{Name: "rally-hub-loop-2", Kind: "go", Compress: true, Pkg: "./peers/rally", Args: []string{"-hub", "-event-loop", "-loops", "2"}, Named: true,
+		How: "the rally-hub-loop peer with two event loops"},
 	{Name: "gorilla", Kind: "go", Compress: true, Pkg: "./peers/gorilla",
 		How: "gorilla/websocket: ReadMessage/WriteMessage; chat: PreparedMessage per message, a write mutex per connection"},
 	{Name: "gorilla-api on rally", Kind: "go", Compress: true, Pkg: "./peers/gorilla-on-rally",

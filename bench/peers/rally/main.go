@@ -38,18 +38,20 @@ import (
 
 func main() {
 	eventLoop := flag.Bool("event-loop", false, "serve the connections on event loops (rally.Server.EventLoop): the rally-loop peer")
+	loops := flag.Int("loops", 0, "with -event-loop: how many event loops (rally.Server.EventLoops; 0: rally's default)")
 	hub := flag.Bool("hub", false, "chat through pubsub.Hub (Subscribe on Open, PublishFrom in Message): the rally-hub peers")
 	addr, compress := peerflag.Parse()
 	var deflate *rally.CompressionOptions
 	if compress {
 		deflate = &rally.CompressionOptions{ServerNoContextTakeover: true}
 	}
-	echo := &rally.Server{EventLoop: *eventLoop, Options: &rally.AcceptOptions{Compression: deflate}, Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
+	echo := &rally.Server{EventLoop: *eventLoop, EventLoops: *loops, Options: &rally.AcceptOptions{Compression: deflate}, Message: func(c *rally.Conn, typ rally.MessageType, p []byte) {
 		c.Send(typ, p)
 	}}
 	var members room.Room[*rally.Conn]
 	chat := &rally.Server{
-		EventLoop: *eventLoop,
+		EventLoop:  *eventLoop,
+		EventLoops: *loops,
 		// A round of the 64 KiB burst chat (8 messages from each of 32
 		// clients) queues 16 MiB and its frame headers per member; rally's
 		// default send buffer (1 MiB) would drop past it, and a dropped
