@@ -135,6 +135,9 @@ type histHub struct {
 type histTopic struct {
 	mu   sync.Mutex
 	subs map[*rally.Conn]*histSub
+	// gone is set, under mu, when the last subscriber left and the topic
+	// is being taken out of the hub: an add that found it makes another.
+	gone bool
 }
 
 type histSub struct {
@@ -169,40 +172,69 @@ func histSubCharge(topic string) int64 { return histSubCost + int64(len(topic)) 
 
 // add makes c a buffering subscriber of topic. Its cost
 // (histSubCharge) was charged to the hub's budget; remove gives it back.
+// The hub's lock is never held while waiting for a topic's: a topic's
+// lock is held for a whole delivery to its subscribers, and a subscribe
+// to a busy topic must not hold up the deliveries to the others.
 func (h *histHub) add(c *rally.Conn, topic string) *histSub {
-	h.mu.Lock()
+	s := &histSub{buffering: true}
+	var gone *histTopic
+	for {
+		t := h.topicFor(topic, gone)
+		t.mu.Lock()
+		if !t.gone {
+			t.subs[c] = s
+			t.mu.Unlock()
+			return s
+		}
+		t.mu.Unlock()
+		gone = t
+	}
+}
+
+// topicFor returns topic's entry, made if it has none or if the one it
+// has is gone (being taken out by remove, which then leaves the new one).
+func (h *histHub) topicFor(topic string, gone *histTopic) *histTopic {
+	h.mu.RLock()
 	t := h.topics[topic]
-	if t == nil {
+	h.mu.RUnlock()
+	if t != nil && t != gone {
+		return t
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t = h.topics[topic]; t == nil || t == gone {
 		t = &histTopic{subs: map[*rally.Conn]*histSub{}}
 		h.topics[topic] = t
 	}
-	s := &histSub{buffering: true}
-	t.mu.Lock()
-	t.subs[c] = s
-	t.mu.Unlock()
-	h.mu.Unlock()
-	return s
+	return t
 }
 
-// remove ends c's subscription to topic.
+// remove ends c's subscription to topic. A topic left without
+// subscribers is marked gone under its lock, then taken out of the hub.
 func (h *histHub) remove(c *rally.Conn, topic string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
 	t := h.topics[topic]
+	h.mu.RUnlock()
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
-	s, ok := t.subs[c]
-	if ok {
+	if s, ok := t.subs[c]; ok {
 		delete(t.subs, c)
 		h.drop(s)
 		h.budget.Release(rally.MemorySubscriptions, histSubCharge(topic))
 	}
-	empty := len(t.subs) == 0
+	empty := len(t.subs) == 0 && !t.gone
+	if empty {
+		t.gone = true
+	}
 	t.mu.Unlock()
 	if empty {
-		delete(h.topics, topic)
+		h.mu.Lock()
+		if h.topics[topic] == t {
+			delete(h.topics, topic)
+		}
+		h.mu.Unlock()
 	}
 }
 
