@@ -17,8 +17,9 @@
 #                processes per core, each run's time and result printed
 #                (scripts/test-loaded.sh; LOADED_CMD="make test" for the rest)
 #   make bench   the side-by-side benchmarks against other libraries
-#   make hostile the hostile scenarios of `rally bench` against `rally serve
-#                --memory-limit 512MiB` (a few minutes; docs/SERVE.md "Under attack")
+#   make hostile the hostile scenarios of `rally bench` against `rally serve`
+#                with its defaults (about 12 minutes; docs/SERVE.md "Under attack";
+#                HOSTILE_LIMIT=512MiB for a memory limit, HOSTILE_FLAGS=--event-loop=false)
 #   make hold100k  100,000 idle WebSockets on rally serve processes sharing a
 #                port, a broadcast to all of them (scripts/hold-100k.sh; a few
 #                minutes; HOLD100K_FLAGS=--event-loop=false for a goroutine each)

@@ -193,8 +193,10 @@ func (h *hostileRun) manySubs(ctx context.Context) {
 }
 
 // historyTopic is the topic reconnect-old recovers: serve with
-// --history hostile --history-size 1000 (or more than --size).
-const historyTopic = "hostile"
+// --history hostile-history --history-size 1000 (or more than --size).
+// It is not the topic of slow-read ("hostile"), whose fast subscriber
+// does not recover: `make hostile` serves both.
+const historyTopic = "hostile-history"
 
 // reconnectOld: a client publishes --size (999) messages on a history
 // topic, then --conns clients reconnect to /ws at once, each asking for

@@ -20,7 +20,7 @@ func TestEachAttackScenarioGetsTheServersAnswer(t *testing.T) {
 		t.Skip("a few seconds of attack per scenario; runs without -short")
 	}
 	addr := serveRally(t, server.Config{Logger: slog.New(slog.DiscardHandler),
-		History: server.HistoryConfig{Topics: []string{"hostile"}, Size: 100}})
+		History: server.HistoryConfig{Topics: []string{"hostile-history"}, Size: 100}})
 	for _, tc := range []struct {
 		scenario, path string
 		conns, size    int

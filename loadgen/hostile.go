@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +35,7 @@ var hostileScenarios = []struct{ name, what string }{
 	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
 	{"ping-flood", "--conns (100) connections to an echo endpoint sending pings as fast as the socket takes them"},
 	{"many-subs", "--conns (5000) connections to /ws of rally serve, each subscribing to --size (100) topics of its\n              own with 128-byte names and reading"},
-	{"reconnect-old", "one client publishes --size (999) messages on the history topic \"hostile\" of /ws (serve with\n              --history hostile --history-size 1000), then --conns (2000) clients reconnect at once, each\n              recovering them all from the position before them, again and again"},
+	{"reconnect-old", "one client publishes --size (999) messages on the history topic \"hostile-history\" of /ws (serve with\n              --history hostile-history --history-size 1000), then --conns (2000) clients reconnect at once, each\n              recovering them all from the position before them, again and again"},
 	{"bomb", "--conns (50) clients of an echo endpoint each sending a compressed message that inflates to\n              --size (2 GiB), on a new connection each time, again and again"},
 	{"adversary", "--conns (200) clients each picking, from --seed, a behaviour: slowloris, head-hold, partial,\n              non-reader, bomb, ping-flood, reconnect, garbage, many-subs, publisher or subscriber;\n              URL is the /ws endpoint of rally serve. The publishers and subscribers come first; the\n              fast subscriber under attack must keep half its rate beside them. After all leave,\n              the server must hold no connection and no budget charge (read from --metrics,\n              default /metrics on the host)"},
 }
@@ -84,6 +85,12 @@ type HostileConfig struct {
 	// ProbeURL is the echo endpoint a fresh client probes every 250 ms
 	// (default: /echo on the attacked host).
 	ProbeURL string
+	// ProbeProcess probes from a process of its own (`rally bench` run
+	// again, see workerCommand) instead of a goroutine of this one: the
+	// attack's thousands of goroutines share this process's scheduler and
+	// delay the probe's, so that a probe from here measures the attacker
+	// as much as the server.
+	ProbeProcess bool
 	// MaxRSS and MaxProbeP99 are the verdict's bounds.
 	MaxRSS      int64
 	MaxProbeP99 time.Duration
@@ -115,9 +122,12 @@ type HostileResult struct {
 	Settle    string `json:"settle"`
 	// Probe is the latency of a fresh client's dial plus one echo, every
 	// 250 ms during the attack.
-	Probe         Latency `json:"probe"`
-	Probes        int64   `json:"probes"`
-	ProbeFailures int64   `json:"probe_failures"`
+	Probe Latency `json:"probe"`
+	// ProbeFrom says where the probe ran: "its own process" or "the
+	// attacking process".
+	ProbeFrom     string `json:"probe_from"`
+	Probes        int64  `json:"probes"`
+	ProbeFailures int64  `json:"probe_failures"`
 	// SlowestProbes are the five slowest probes, slowest first: when
 	// each started and where its time went, to tell a connection the
 	// server was slow to accept from an echo it was slow to answer.
@@ -373,8 +383,12 @@ func (r *HostileResult) WriteSummary(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "  fresh echo client: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d probes, %d failed\n",
-		r.Probe.P50/1e3, r.Probe.P99/1e3, r.Probe.Max/1e3, r.Probes, r.ProbeFailures)
+	from := ""
+	if r.ProbeFrom != "" {
+		from = ", from " + r.ProbeFrom
+	}
+	fmt.Fprintf(w, "  fresh echo client: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d probes, %d failed%s\n",
+		r.Probe.P50/1e3, r.Probe.P99/1e3, r.Probe.Max/1e3, r.Probes, r.ProbeFailures, from)
 	if len(r.SlowestProbes) > 0 {
 		var parts []string
 		for _, p := range r.SlowestProbes {
@@ -417,8 +431,36 @@ func sortedStrings(s []string) []string {
 	return s
 }
 
-// probe dials a fresh client every 250 ms and times its dial and one echo.
+// probe dials a fresh client every 250 ms and times its dial and one
+// echo, from a process of its own if cfg.ProbeProcess and one can be
+// started, or from here.
 func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
+	record := func(p ProbeTiming, err error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.res.Probes++
+		if err != nil {
+			h.res.ProbeFailures++
+			return
+		}
+		hist.add(int64((p.DialUS + p.EchoUS) * 1e3))
+		h.res.keepSlowest(p)
+	}
+	if h.cfg.ProbeProcess {
+		err := probeProcess(ctx, h.cfg, record)
+		if err == nil {
+			h.res.ProbeFrom = "its own process"
+			return
+		}
+		h.answer("probe process: " + err.Error())
+	}
+	h.res.ProbeFrom = "the attacking process"
+	probeEvery(ctx, t, record)
+}
+
+// probeEvery probes t every 250 ms until ctx ends, giving each probe's
+// timing (its start after the first tick's) or error to record.
+func probeEvery(ctx context.Context, t *target, record func(ProbeTiming, error)) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	payload := []byte("probe under attack")
@@ -449,21 +491,80 @@ func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
 			c.Write(closeFrame)
 			return err
 		}()
-		h.mu.Lock()
-		h.res.Probes++
-		if err != nil {
-			h.res.ProbeFailures++
-		} else {
-			end := time.Now()
-			hist.add(int64(end.Sub(start)))
-			h.res.keepSlowest(ProbeTiming{
-				At:     start.Sub(begin).Seconds(),
-				DialUS: float64(dialed.Sub(start).Microseconds()),
-				EchoUS: float64(end.Sub(dialed).Microseconds()),
-			})
-		}
-		h.mu.Unlock()
+		end := time.Now()
+		record(ProbeTiming{
+			At:     start.Sub(begin).Seconds(),
+			DialUS: float64(dialed.Sub(start).Microseconds()),
+			EchoUS: float64(end.Sub(dialed).Microseconds()),
+		}, err)
 	}
+}
+
+// probeEnv, set in its environment, makes `rally bench SCENARIO URL
+// --duration D` the probe of a hostile run started by another (see
+// probeProcess): it probes URL, an echo endpoint, for D and writes one
+// probeLine a probe to its standard output.
+const probeEnv = "RALLY_BENCH_PROBE"
+
+// probeLine is one probe, as the probe process writes it.
+type probeLine struct {
+	ProbeTiming
+	Err string `json:"err,omitempty"`
+}
+
+// runProbe is the probe process: it probes cfg.URL until ctx ends or
+// cfg.Duration has passed.
+func runProbe(ctx context.Context, cfg HostileConfig, stdout io.Writer) int {
+	t, err := newTarget(cfg.URL, true, false)
+	if err != nil {
+		fmt.Fprintln(stdout, err)
+		return 1
+	}
+	ctx, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	enc := json.NewEncoder(stdout)
+	probeEvery(ctx, t, func(p ProbeTiming, err error) {
+		l := probeLine{ProbeTiming: p}
+		if err != nil {
+			l.Err = err.Error()
+		}
+		enc.Encode(l)
+	})
+	return 0
+}
+
+// probeProcess starts the probe process for cfg and records what it
+// writes until ctx ends. It returns an error, having recorded nothing, if
+// the process could not be started.
+func probeProcess(ctx context.Context, cfg HostileConfig, record func(ProbeTiming, error)) error {
+	cmd, err := workerCommand([]string{cfg.Scenario, cfg.ProbeURL, "--duration", cfg.Duration.String()})
+	if err != nil {
+		return err
+	}
+	cmd.Env = append(cmd.Environ(), probeEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+	defer stop()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var l probeLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		var perr error
+		if l.Err != "" {
+			perr = errors.New(l.Err)
+		}
+		record(l.ProbeTiming, perr)
+	}
+	cmd.Wait()
+	return nil
 }
 
 // dialRaw opens a TCP connection to the attacked server, spreading

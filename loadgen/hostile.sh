@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# make hostile: the hostile scenarios of `rally bench` against
-# `rally serve --memory-limit 512MiB` (its other settings at their
-# defaults, with HTTP/2 without TLS and history on the adversary's topic
-# and reconnect-old's, for h2-slow-read, reconnect-old and the adversary),
-# one after the other, on loopback.
+# make hostile: the hostile scenarios of `rally serve` with its default
+# settings (but for HTTP/2 without TLS and history on the adversary's
+# topic and reconnect-old's, for h2-slow-read, reconnect-old and the
+# adversary), one after the other, on loopback.
 # Takes a few minutes.
 #
 #   HOSTILE_DURATION  how long each attack is held (default 20s)
 #   HOSTILE_SETTLE    how long after it the memory is read again (default 30s)
-#   HOSTILE_LIMIT     --memory-limit of the server (default 512MiB)
+#   HOSTILE_LIMIT     --memory-limit of the server (default: none given, so
+#                     rally serve's own, a quarter of the machine's memory)
+#   HOSTILE_FLAGS     more flags for rally serve (--event-loop=false for
+#                     goroutine mode)
 #   HOSTILE_SEED      the adversary's seed (default 1)
 #   HOSTILE_OUT       where the JSON results and the server's log go
 #                     (default hostile-results/)
@@ -20,7 +22,13 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 duration=${HOSTILE_DURATION:-20s}
 settle=${HOSTILE_SETTLE:-30s}
-limit=${HOSTILE_LIMIT:-512MiB}
+limit=${HOSTILE_LIMIT:-}
+flags=()
+if [ -n "$limit" ]; then
+	flags+=(--memory-limit "$limit")
+fi
+# shellcheck disable=SC2206 # HOSTILE_FLAGS is a list of flags
+flags+=(${HOSTILE_FLAGS:-})
 out=${HOSTILE_OUT:-hostile-results}
 mkdir -p "$out"
 bin=$(mktemp -d)/rally
@@ -29,7 +37,7 @@ $GO build -o "$bin" ./cmd/rally || exit 1
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 18790)
-"$bin" serve --addr "127.0.0.1:$port" --memory-limit "$limit" --h2c --history adversary,hostile --history-size 1000 --log-level warn 2>"$out/serve.log" >/dev/null &
+"$bin" serve --addr "127.0.0.1:$port" "${flags[@]}" --h2c --history adversary,hostile-history --history-size 1000 --log-level warn 2>"$out/serve.log" >/dev/null &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
 for _ in $(seq 100); do
@@ -58,5 +66,5 @@ run many-subs many-subs /ws
 run reconnect-old reconnect-old /ws
 run bomb bomb /echo
 run adversary adversary /ws --seed "${HOSTILE_SEED:-1}"
-echo "rally serve --memory-limit $limit: results in $out/, its log in $out/serve.log"
+echo "rally serve ${flags[*]}: results in $out/, its log in $out/serve.log"
 exit $status

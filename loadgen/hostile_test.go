@@ -6,10 +6,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rallyws/rally/internal/slowness"
 	"github.com/rallyws/rally/loadgen"
 )
 
@@ -100,6 +103,47 @@ func TestTheAdversaryHoldsTheFastSubscriberToItsRateBesideTheWellBehavedClients(
 		case c.fail != "" && (len(reasons) != 1 || !strings.Contains(reasons[0], c.fail)):
 			t.Errorf("%v/s alone, %v/s beside, %v/s under attack: %v, want %q", c.solo, c.peers, c.attack, reasons, c.fail)
 		}
+	}
+}
+
+// The probe runs in a process of its own, so that the attack's
+// goroutines do not delay it: what it measured reaches the result.
+func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started []string
+	var mu sync.Mutex
+	defer loadgen.SetWorkerCommand(func(args []string) (*exec.Cmd, error) {
+		mu.Lock()
+		started = append(started, strings.Join(args, " "))
+		mu.Unlock()
+		cmd := exec.Command(exe, args...)
+		cmd.Env = append(os.Environ(), asRallyBench+"=1")
+		return cmd, nil
+	})()
+	echo := startServer(t, echoReply)
+	defer echo.stop()
+	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
+		Scenario: "garbage", URL: echo.url("/"), Conns: 4, Duration: slowness.Scale(2 * time.Second), Settle: time.Millisecond,
+		MaxRSS: 1 << 40, MaxProbeP99: time.Hour, ProbeProcess: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(started) != 1 || !strings.HasPrefix(started[0], "garbage "+echo.url("/")) {
+		t.Errorf("started %q, want one probe process for garbage against the echo URL", started)
+	}
+	if res.ProbeFrom != "its own process" || res.Probes == 0 || res.ProbeFailures == res.Probes {
+		t.Errorf("probe from %q, %d probes, %d failed: want probes from its own process, answered", res.ProbeFrom, res.Probes, res.ProbeFailures)
+	}
+	var out bytes.Buffer
+	res.WriteSummary(&out)
+	if !strings.Contains(out.String(), "from its own process") {
+		t.Errorf("summary does not say where the probe ran:\n%s", out.String())
 	}
 }
 

@@ -19,11 +19,15 @@ import (
 )
 
 // asRallyBench is set in the environment of this test binary when a test
-// starts it as a `rally bench` worker (--procs).
+// starts it as `rally bench`: a worker of --procs, or the probe of a
+// hostile run.
 const asRallyBench = "LOADGEN_TEST_AS_RALLY_BENCH"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asRallyBench) != "" {
+		if len(os.Args) > 1 && loadgen.IsHostile(os.Args[1]) {
+			os.Exit(loadgen.HostileMain(os.Args[1:], os.Stdout, os.Stderr))
+		}
 		os.Exit(loadgen.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
