@@ -502,8 +502,9 @@ type queueOwner interface {
 	// (CloseConnection, with its close code). It is called from any
 	// goroutine, possibly one that holds another owner's locks, so it
 	// must not block nor call the budget: it marks the owner and lets
-	// the owner's own goroutine act.
-	shedQueue()
+	// the owner's own goroutine act. It reports false if the owner was
+	// already ending (cut by someone else): that is not counted as shed.
+	shedQueue() bool
 }
 
 // maxShedPerCall bounds how many queues one failed charge sheds (Envoy
@@ -533,8 +534,9 @@ type messageOwner interface {
 	// shedMessage fails the message being gathered with 1013 and ends the
 	// connection, which gives its memory back. It is called from any
 	// goroutine, possibly one that holds another owner's locks: it must
-	// not block nor call the budget.
-	shedMessage()
+	// not block nor call the budget. It reports false, as shedQueue does,
+	// if there was nothing left to shed.
+	shedMessage() bool
 }
 
 // trackMessage files owner under the size of the message it gathers,
@@ -615,13 +617,15 @@ func (r *sizeRegistry[T]) refile(o T, old, now int64) {
 }
 
 // shed takes up to n of the largest owners and calls f on each; it
-// returns how many it took.
-func (r *sizeRegistry[T]) shed(n int, f func(T)) int {
-	k := r.takeLargest(n)
-	for _, o := range k {
-		f(o)
+// returns how many f shed (reported true for).
+func (r *sizeRegistry[T]) shed(n int, f func(T) bool) int {
+	shed := 0
+	for _, o := range r.takeLargest(n) {
+		if f(o) {
+			shed++
+		}
 	}
-	return len(k)
+	return shed
 }
 
 func (r *sizeRegistry[T]) move(o T, from, to int) {

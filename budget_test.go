@@ -245,7 +245,7 @@ type fakeQueue struct {
 }
 
 func (q *fakeQueue) queuedBytes() int64 { return q.size }
-func (q *fakeQueue) shedQueue()         { *q.shed = append(*q.shed, q.name) }
+func (q *fakeQueue) shedQueue() bool    { *q.shed = append(*q.shed, q.name); return true }
 
 func TestMemoryBudgetShedsTheLargestQueuesFirst(t *testing.T) {
 	b := NewMemoryBudget(10 << 20)
@@ -331,7 +331,7 @@ type fakeMessage struct {
 	shed *[]string
 }
 
-func (m *fakeMessage) shedMessage() { *m.shed = append(*m.shed, m.name) }
+func (m *fakeMessage) shedMessage() bool { *m.shed = append(*m.shed, m.name); return true }
 
 // A message that needs more than the share left sheds the largest
 // messages being gathered (a message under 64 KiB is never shed).
