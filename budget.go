@@ -604,7 +604,41 @@ const registryShards = 16
 type registryShard[T comparable] struct {
 	mu      sync.Mutex
 	buckets [numQueueBuckets]map[T]struct{}
-	_       [64]byte // a shard's lock on a cache line of its own
+	peak    [numQueueBuckets]int32 // the most owners each bucket's map held
+	_       [64]byte               // a shard's lock on a cache line of its own
+}
+
+// shrinkBucketAt is the most owners a bucket's map may have held and still
+// be kept once empty. A Go map keeps the room of the most it held: the
+// thousands of slow readers of an attack would stay in the budget's maps
+// long after they left. A map that held a few is kept, so that a queue
+// going to and fro across a bucket's boundary makes no map each time.
+const shrinkBucketAt = 8
+
+// add files o in bucket i.
+func (sh *registryShard[T]) add(o T, i int) bool {
+	if sh.buckets[i] == nil {
+		sh.buckets[i] = map[T]struct{}{}
+	}
+	if _, ok := sh.buckets[i][o]; ok {
+		return false
+	}
+	sh.buckets[i][o] = struct{}{}
+	sh.peak[i] = max(sh.peak[i], int32(len(sh.buckets[i])))
+	return true
+}
+
+// remove takes o out of bucket i, and lets the bucket's map go once it is
+// empty if it had grown past shrinkBucketAt.
+func (sh *registryShard[T]) remove(o T, i int) bool {
+	if _, ok := sh.buckets[i][o]; !ok {
+		return false
+	}
+	delete(sh.buckets[i], o)
+	if len(sh.buckets[i]) == 0 && sh.peak[i] > shrinkBucketAt {
+		sh.buckets[i], sh.peak[i] = nil, 0
+	}
+	return true
 }
 
 // refile files o under its new size, now bytes, after it held old bytes:
@@ -633,20 +667,11 @@ func (r *sizeRegistry[T]) move(o T, from, to int) {
 	sh := &r.shards[maphash.Comparable(r.seed, o)%registryShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if from >= 0 {
-		if _, ok := sh.buckets[from][o]; ok {
-			delete(sh.buckets[from], o)
-			r.count[from].Add(-1)
-		}
+	if from >= 0 && sh.remove(o, from) {
+		r.count[from].Add(-1)
 	}
-	if to >= 0 {
-		if sh.buckets[to] == nil {
-			sh.buckets[to] = map[T]struct{}{}
-		}
-		if _, ok := sh.buckets[to][o]; !ok {
-			sh.buckets[to][o] = struct{}{}
-			r.count[to].Add(1)
-		}
+	if to >= 0 && sh.add(o, to) {
+		r.count[to].Add(1)
 	}
 }
 
@@ -667,7 +692,7 @@ func (r *sizeRegistry[T]) takeLargest(n int) []T {
 				if len(out) == n {
 					break
 				}
-				delete(sh.buckets[i], o)
+				sh.remove(o, i)
 				r.count[i].Add(-1)
 				out = append(out, o)
 			}

@@ -304,6 +304,40 @@ func TestMemoryBudgetUntracksAQueueThatShrinks(t *testing.T) {
 	}
 }
 
+// The budget's record of large queues gives back the room of a crowd
+// that left, whether the queues drained or were shed: a Go map keeps the
+// room of the most it held, and an attack's thousands of slow readers
+// would stay in it for the life of the process.
+func TestMemoryBudgetLetsGoOfTheRoomOfACrowdOfQueuesThatLeft(t *testing.T) {
+	b := NewMemoryBudget(0)
+	var shed []string
+	crowd := make([]*fakeQueue, 2000)
+	for i := range crowd {
+		crowd[i] = &fakeQueue{name: "q", size: 1 << 20, shed: &shed}
+		b.track(crowd[i], 0, crowd[i].size)
+	}
+	for _, q := range crowd[:1000] {
+		b.track(q, q.size, 0) // drained
+	}
+	for b.shedLargest(100) > 0 {
+	}
+	if len(shed) != 1000 {
+		t.Fatalf("shed %d queues, want the 1000 still tracked", len(shed))
+	}
+	for i := range b.queues.shards {
+		for j, m := range b.queues.shards[i].buckets {
+			if m != nil {
+				t.Fatalf("shard %d keeps the map of bucket %d (%d owners) after the crowd left", i, j, len(m))
+			}
+		}
+	}
+	q := &fakeQueue{name: "next", size: 1 << 20, shed: &shed}
+	b.track(q, 0, q.size)
+	if b.shedLargest(1) != 1 || shed[len(shed)-1] != "next" {
+		t.Errorf("a queue tracked after the crowd left was not shed: %v", shed[len(shed)-1])
+	}
+}
+
 func TestMemoryBudgetRelievesFromElevatedPressure(t *testing.T) {
 	b := NewMemoryBudget(1 << 20)
 	var shed []string
