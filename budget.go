@@ -502,8 +502,9 @@ type queueOwner interface {
 	// (CloseConnection, with its close code). It is called from any
 	// goroutine, possibly one that holds another owner's locks, so it
 	// must not block nor call the budget: it marks the owner and lets
-	// the owner's own goroutine act.
-	shedQueue()
+	// the owner's own goroutine act. It reports false if the owner was
+	// already ending (cut by someone else): that is not counted as shed.
+	shedQueue() bool
 }
 
 // maxShedPerCall bounds how many queues one failed charge sheds (Envoy
@@ -533,8 +534,9 @@ type messageOwner interface {
 	// shedMessage fails the message being gathered with 1013 and ends the
 	// connection, which gives its memory back. It is called from any
 	// goroutine, possibly one that holds another owner's locks: it must
-	// not block nor call the budget.
-	shedMessage()
+	// not block nor call the budget. It reports false, as shedQueue does,
+	// if there was nothing left to shed.
+	shedMessage() bool
 }
 
 // trackMessage files owner under the size of the message it gathers,
@@ -602,7 +604,41 @@ const registryShards = 16
 type registryShard[T comparable] struct {
 	mu      sync.Mutex
 	buckets [numQueueBuckets]map[T]struct{}
-	_       [64]byte // a shard's lock on a cache line of its own
+	peak    [numQueueBuckets]int32 // the most owners each bucket's map held
+	_       [64]byte               // a shard's lock on a cache line of its own
+}
+
+// shrinkBucketAt is the most owners a bucket's map may have held and still
+// be kept once empty. A Go map keeps the room of the most it held: the
+// thousands of slow readers of an attack would stay in the budget's maps
+// long after they left. A map that held a few is kept, so that a queue
+// going to and fro across a bucket's boundary makes no map each time.
+const shrinkBucketAt = 8
+
+// add files o in bucket i.
+func (sh *registryShard[T]) add(o T, i int) bool {
+	if sh.buckets[i] == nil {
+		sh.buckets[i] = map[T]struct{}{}
+	}
+	if _, ok := sh.buckets[i][o]; ok {
+		return false
+	}
+	sh.buckets[i][o] = struct{}{}
+	sh.peak[i] = max(sh.peak[i], int32(len(sh.buckets[i])))
+	return true
+}
+
+// remove takes o out of bucket i, and lets the bucket's map go once it is
+// empty if it had grown past shrinkBucketAt.
+func (sh *registryShard[T]) remove(o T, i int) bool {
+	if _, ok := sh.buckets[i][o]; !ok {
+		return false
+	}
+	delete(sh.buckets[i], o)
+	if len(sh.buckets[i]) == 0 && sh.peak[i] > shrinkBucketAt {
+		sh.buckets[i], sh.peak[i] = nil, 0
+	}
+	return true
 }
 
 // refile files o under its new size, now bytes, after it held old bytes:
@@ -615,13 +651,15 @@ func (r *sizeRegistry[T]) refile(o T, old, now int64) {
 }
 
 // shed takes up to n of the largest owners and calls f on each; it
-// returns how many it took.
-func (r *sizeRegistry[T]) shed(n int, f func(T)) int {
-	k := r.takeLargest(n)
-	for _, o := range k {
-		f(o)
+// returns how many f shed (reported true for).
+func (r *sizeRegistry[T]) shed(n int, f func(T) bool) int {
+	shed := 0
+	for _, o := range r.takeLargest(n) {
+		if f(o) {
+			shed++
+		}
 	}
-	return len(k)
+	return shed
 }
 
 func (r *sizeRegistry[T]) move(o T, from, to int) {
@@ -629,20 +667,11 @@ func (r *sizeRegistry[T]) move(o T, from, to int) {
 	sh := &r.shards[maphash.Comparable(r.seed, o)%registryShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if from >= 0 {
-		if _, ok := sh.buckets[from][o]; ok {
-			delete(sh.buckets[from], o)
-			r.count[from].Add(-1)
-		}
+	if from >= 0 && sh.remove(o, from) {
+		r.count[from].Add(-1)
 	}
-	if to >= 0 {
-		if sh.buckets[to] == nil {
-			sh.buckets[to] = map[T]struct{}{}
-		}
-		if _, ok := sh.buckets[to][o]; !ok {
-			sh.buckets[to][o] = struct{}{}
-			r.count[to].Add(1)
-		}
+	if to >= 0 && sh.add(o, to) {
+		r.count[to].Add(1)
 	}
 }
 
@@ -663,7 +692,7 @@ func (r *sizeRegistry[T]) takeLargest(n int) []T {
 				if len(out) == n {
 					break
 				}
-				delete(sh.buckets[i], o)
+				sh.remove(o, i)
 				r.count[i].Add(-1)
 				out = append(out, o)
 			}

@@ -225,3 +225,45 @@ func TestReadGivesBackTheChargeOfAMessageCutByTheEndOfTheConnection(t *testing.T
 		t.Fatalf("assembly: %d still charged, peak %d; want the message charged, then 0", st.Used, st.Peak)
 	}
 }
+
+// A connection is cut once: when the memory budget sheds its queue, a
+// CloseNow (rally serve's own memory watch cutting slow readers) finds it
+// ending and says so, and when CloseNow cut it first, the budget does not
+// shed it again. Each cut is counted by the one who made it.
+func TestAConnectionTheBudgetShedsIsNotCutAgainByCloseNowNorTheOtherWayRound(t *testing.T) {
+	queue := func(t *testing.T, budget *rally.MemoryBudget) *rally.Conn {
+		c, _ := acceptStalled(t, &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget, BufferLimit: -1}}, nil)
+		if st, err := c.Send(rally.Binary, make([]byte, 512<<10)); st != rally.Queued || err != nil {
+			t.Fatalf("512 KiB to a peer that does not read: %v %v, want queued", st, err)
+		}
+		budget.Observe(budget.Limit() / 10 * 9) // pressure: Relieve sheds
+		return c
+	}
+	t.Run("BudgetFirst", func(t *testing.T) {
+		budget := rally.NewMemoryBudget(8 << 20)
+		c := queue(t, budget)
+		if n := budget.Relieve(); n != 1 {
+			t.Fatalf("Relieve shed %d, want the one queue", n)
+		}
+		if err := c.CloseNow(); !errors.Is(err, rally.ErrClosed) {
+			t.Errorf("CloseNow on a connection the budget is cutting = %v, want rally.ErrClosed", err)
+		}
+		waitDone(t, c)
+		if n := budget.Shed(); n != 1 {
+			t.Errorf("Shed() = %d, want 1", n)
+		}
+	})
+	t.Run("CloseNowFirst", func(t *testing.T) {
+		budget := rally.NewMemoryBudget(8 << 20)
+		c := queue(t, budget)
+		if err := c.CloseNow(); err != nil {
+			t.Fatalf("CloseNow = %v, want nil (it cut the connection)", err)
+		}
+		if n := budget.Relieve(); n != 0 {
+			t.Errorf("Relieve shed %d after CloseNow cut the connection, want 0", n)
+		}
+		if n := budget.Shed(); n != 0 {
+			t.Errorf("Shed() = %d, want 0", n)
+		}
+	})
+}

@@ -245,7 +245,7 @@ type fakeQueue struct {
 }
 
 func (q *fakeQueue) queuedBytes() int64 { return q.size }
-func (q *fakeQueue) shedQueue()         { *q.shed = append(*q.shed, q.name) }
+func (q *fakeQueue) shedQueue() bool    { *q.shed = append(*q.shed, q.name); return true }
 
 func TestMemoryBudgetShedsTheLargestQueuesFirst(t *testing.T) {
 	b := NewMemoryBudget(10 << 20)
@@ -304,6 +304,40 @@ func TestMemoryBudgetUntracksAQueueThatShrinks(t *testing.T) {
 	}
 }
 
+// The budget's record of large queues gives back the room of a crowd
+// that left, whether the queues drained or were shed: a Go map keeps the
+// room of the most it held, and an attack's thousands of slow readers
+// would stay in it for the life of the process.
+func TestMemoryBudgetLetsGoOfTheRoomOfACrowdOfQueuesThatLeft(t *testing.T) {
+	b := NewMemoryBudget(0)
+	var shed []string
+	crowd := make([]*fakeQueue, 2000)
+	for i := range crowd {
+		crowd[i] = &fakeQueue{name: "q", size: 1 << 20, shed: &shed}
+		b.track(crowd[i], 0, crowd[i].size)
+	}
+	for _, q := range crowd[:1000] {
+		b.track(q, q.size, 0) // drained
+	}
+	for b.shedLargest(100) > 0 {
+	}
+	if len(shed) != 1000 {
+		t.Fatalf("shed %d queues, want the 1000 still tracked", len(shed))
+	}
+	for i := range b.queues.shards {
+		for j, m := range b.queues.shards[i].buckets {
+			if m != nil {
+				t.Fatalf("shard %d keeps the map of bucket %d (%d owners) after the crowd left", i, j, len(m))
+			}
+		}
+	}
+	q := &fakeQueue{name: "next", size: 1 << 20, shed: &shed}
+	b.track(q, 0, q.size)
+	if b.shedLargest(1) != 1 || shed[len(shed)-1] != "next" {
+		t.Errorf("a queue tracked after the crowd left was not shed: %v", shed[len(shed)-1])
+	}
+}
+
 func TestMemoryBudgetRelievesFromElevatedPressure(t *testing.T) {
 	b := NewMemoryBudget(1 << 20)
 	var shed []string
@@ -331,7 +365,7 @@ type fakeMessage struct {
 	shed *[]string
 }
 
-func (m *fakeMessage) shedMessage() { *m.shed = append(*m.shed, m.name) }
+func (m *fakeMessage) shedMessage() bool { *m.shed = append(*m.shed, m.name); return true }
 
 // A message that needs more than the share left sheds the largest
 // messages being gathered (a message under 64 KiB is never shed).

@@ -94,22 +94,25 @@ func (c *Conn) awaitClose() {
 
 // CloseNow closes the TCP connection at once, without a close handshake.
 // Pending sends fail; a blocked Read returns a *CloseError with code 1006.
+// It returns nil if it ended the connection, and ErrClosed, having done
+// nothing, if the connection was already closed or something else was
+// ending it (a Close whose handshake timed out, the memory budget cutting
+// it): a connection is cut once, and only the call that cut it learns nil.
 //
 // If the read side has already ended with a close frame (a Read returned
 // the peer's close, or a violation was announced), the handshake is over
 // but for rally's close frame, which may still be queued: CloseNow then
-// lets it go out and the connection wind down on its own (bounded by
-// CloseTimeout) instead of cutting it, so that the common
-// "defer c.CloseNow()" after a read loop does not turn a clean close into
-// 1006 for the peer.
+// returns ErrClosed and lets the frame go out and the connection wind
+// down on its own (bounded by CloseTimeout) instead of cutting it, so
+// that the common "defer c.CloseNow()" after a read loop does not turn a
+// clean close into 1006 for the peer.
 func (c *Conn) CloseNow() error {
-	if c.isDone() {
+	if c.isDone() || c.cl.readEnd.Load() != nil {
 		return ErrClosed
 	}
-	if c.cl.readEnd.Load() != nil {
-		return nil
+	if !c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errors.New("closed by this side without a close handshake")}) {
+		return ErrClosed
 	}
-	c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errors.New("closed by this side without a close handshake")})
 	return nil
 }
 
@@ -205,12 +208,19 @@ func (c *Conn) lingerAsync() {
 
 // finish ends the connection once: the TCP connection is closed, sends and
 // their waiters fail, Done is closed, and OnClose functions run. The call
-// that sets the final end does it; any other returns once Done is closed.
-func (c *Conn) finish(ce *CloseError) {
+// that sets the final end does it and returns true; any other returns
+// false once Done is closed.
+func (c *Conn) finish(ce *CloseError) bool {
 	if !c.cl.final.CompareAndSwap(nil, ce) {
 		<-c.Done()
-		return
+		return false
 	}
+	c.end(ce)
+	return true
+}
+
+// end is finish's work, done once by whoever set the final end ce.
+func (c *Conn) end(ce *CloseError) {
 	c.wr.mu.Lock()
 	if c.wr.err == nil {
 		c.wr.err = ErrClosed

@@ -116,7 +116,7 @@ func (w *writeSide) closeSeqLocked() uint64 {
 type closeSide struct {
 	done    atomic.Pointer[chan struct{}] // made by the first Done; closed (or closedChan) once ended
 	final   atomic.Pointer[CloseError]    // how the connection ended: set once, by the finish that ends it
-	readEnd atomic.Pointer[CloseError]    // the read side's end, once it came with a close frame
+	readEnd atomic.Pointer[CloseError]    // the read side's end, once it came with a close frame or a failure was announced with one
 }
 
 // connExtras is the state few connections need, made on first use (see

@@ -429,9 +429,17 @@ func (c *Conn) queuedBytes() int64 { return c.wr.charged.Load() }
 // shedQueue cuts the connection: the memory budget ran out and its send
 // queue is among the largest. It is called from any goroutine, with
 // another connection's locks possibly held, so the cut happens on a
-// goroutine of its own.
-func (c *Conn) shedQueue() {
-	go c.finish(&CloseError{Code: frame.CloseAbnormal, Err: errShed})
+// goroutine of its own; the connection's end is set here, so that from
+// now on a CloseNow (rally serve's own memory watch) knows it is being
+// cut and leaves it. It reports false if something else had already
+// ended the connection (the queue is then on its way out, not shed).
+func (c *Conn) shedQueue() bool {
+	ce := &CloseError{Code: frame.CloseAbnormal, Err: errShed}
+	if !c.cl.final.CompareAndSwap(nil, ce) {
+		return false
+	}
+	go c.end(ce)
+	return true
 }
 
 var errShed = errors.New("rally: send queue shed: the memory budget ran out and this connection's queue was among the largest")

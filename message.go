@@ -150,12 +150,15 @@ func (m *message) release() {
 
 // shedMessage fails the message being gathered with 1013: the memory
 // budget's share for messages ran out (or its pressure is elevated) and
-// this message is among the largest. It is called from any goroutine.
-func (c *Conn) shedMessage() {
+// this message is among the largest. It is called from any goroutine. It
+// reports false, and does nothing, if the message ended since it was
+// filed or the connection is already ending (closed, cut, or its end
+// announced with a close frame): nothing is shed twice.
+func (c *Conn) shedMessage() bool {
 	if c.rd.msg.filed.Load() == 0 {
-		return // the message ended since it was filed
+		return false // the message ended since it was filed
 	}
-	c.failGathering(frame.CloseTryAgainLater, "server memory is exhausted", errMessageShed)
+	return c.failGathering(frame.CloseTryAgainLater, "server memory is exhausted", errMessageShed)
 }
 
 var (
@@ -167,8 +170,14 @@ var (
 // it sends a close frame with code, and once that is written (within
 // CloseTimeout) closes the connection, without waiting for the peer's
 // close: the reading goroutine then gives the message's memory back. It
-// never blocks its caller.
-func (c *Conn) failGathering(code uint16, reason string, err error) {
+// never blocks its caller. The end is announced at once, as a violation
+// is (a CloseNow then lets the connection wind down), unless the
+// connection was already ending: then it does nothing and returns false.
+func (c *Conn) failGathering(code uint16, reason string, err error) bool {
+	ce := &CloseError{Code: code, Reason: reason, Err: err}
+	if c.cl.final.Load() != nil || !c.cl.readEnd.CompareAndSwap(nil, ce) {
+		return false
+	}
 	go func() {
 		c.closeWithCode(code, reason)
 		c.wr.mu.Lock()
@@ -177,8 +186,9 @@ func (c *Conn) failGathering(code uint16, reason string, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CloseTimeout)
 		c.waitFlushed(ctx, seq)
 		cancel()
-		c.finish(&CloseError{Code: code, Reason: reason, Err: err})
+		c.finish(ce)
 	}()
+	return true
 }
 
 // messagePace bounds how long a message being gathered may take to

@@ -66,6 +66,12 @@ func (s *Server) trackConns() {
 // cut. Memory the runtime holds beyond the charges (garbage not yet
 // collected) does not count: cutting readers would not give it back, and
 // a fast reader whose queue is large for a moment would be cut for it.
+//
+// A connection already ending (the budget is cutting it, or its close
+// handshake is over) is left to end and not counted: CloseNow cuts only
+// a connection nothing else is ending, so that one slow reader is counted
+// once, here or in rally_memory_shed_queues_total. Its queue is on its
+// way out all the same and counts towards the excess.
 func (s *Server) shedSlowest() int {
 	limit := s.budget.Limit()
 	excess := s.budget.Used() - limit/10*7
@@ -90,10 +96,11 @@ func (s *Server) shedSlowest() int {
 		if excess <= 0 || shed == maxShedPerTick {
 			break
 		}
-		q.c.CloseNow()
+		if q.c.CloseNow() == nil {
+			shed++
+		}
 		// A queue holds about twice what it counts (its capacity).
 		excess -= 2 * int64(q.n)
-		shed++
 	}
 	s.shedConns.Add(float64(shed))
 	return shed
