@@ -6,9 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -109,20 +107,7 @@ func TestTheAdversaryHoldsTheFastSubscriberToItsRateBesideTheWellBehavedClients(
 // The probe runs in a process of its own, so that the attack's
 // goroutines do not delay it: what it measured reaches the result.
 func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var started []string
-	var mu sync.Mutex
-	defer loadgen.SetWorkerCommand(func(args []string) (*exec.Cmd, error) {
-		mu.Lock()
-		started = append(started, strings.Join(args, " "))
-		mu.Unlock()
-		cmd := exec.Command(exe, args...)
-		cmd.Env = append(os.Environ(), asRallyBench+"=1")
-		return cmd, nil
-	})()
+	workers := workersInThisBinary(t)
 	echo := startServer(t, echoReply)
 	defer echo.stop()
 	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
@@ -132,10 +117,8 @@ func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(started) != 1 || !strings.HasPrefix(started[0], "garbage "+echo.url("/")) {
-		t.Errorf("started %q, want one probe process for garbage against the echo URL", started)
+	if started := workers(); len(started) != 1 || !strings.HasPrefix(started[0], "garbage "+echo.url("/")) {
+		t.Errorf("started %q, want one probe process for garbage against the echo URL", workers())
 	}
 	if res.ProbeFrom != "its own process" || res.Probes == 0 || res.ProbeFailures == res.Probes {
 		t.Errorf("probe from %q, %d probes, %d failed: want probes from its own process, answered", res.ProbeFrom, res.Probes, res.ProbeFailures)

@@ -246,21 +246,35 @@ func TestMainRejectsWrongIdleOptionsWith2(t *testing.T) {
 	}
 }
 
-func TestIdleOverSeveralProcessesAddsUpWhatEachHeldAndTheBroadcast(t *testing.T) {
+// workersInThisBinary makes the processes rally bench starts (--procs
+// workers, a hostile run's probe) this test binary run as `rally bench`,
+// until the test ends, and returns what reports the arguments of each
+// one started so far.
+func workersInThisBinary(t *testing.T) (started func() []string) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var started []string
 	var mu sync.Mutex
-	defer loadgen.SetWorkerCommand(func(args []string) (*exec.Cmd, error) {
+	var args []string
+	t.Cleanup(loadgen.SetWorkerCommand(func(a []string) (*exec.Cmd, error) {
 		mu.Lock()
-		started = append(started, strings.Join(args, " "))
+		args = append(args, strings.Join(a, " "))
 		mu.Unlock()
-		cmd := exec.Command(exe, args...)
+		cmd := exec.Command(exe, a...)
 		cmd.Env = append(os.Environ(), asRallyBench+"=1")
 		return cmd, nil
-	})()
+	}))
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(args)
+	}
+}
+
+func TestIdleOverSeveralProcessesAddsUpWhatEachHeldAndTheBroadcast(t *testing.T) {
+	workers := workersInThisBinary(t)
 	s := startPubsubServer(t)
 	var out, errOut bytes.Buffer
 	code := loadgen.Main([]string{"idle", s.url("/ws"), "--conns", "7", "--procs", "3", "--duration", "1ms",
@@ -272,6 +286,7 @@ func TestIdleOverSeveralProcessesAddsUpWhatEachHeldAndTheBroadcast(t *testing.T)
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
+	started := workers()
 	if len(started) != 3 {
 		t.Fatalf("%d workers started, want 3", len(started))
 	}
