@@ -102,6 +102,20 @@ const loopSharePerEvent = time.Millisecond
 // iovMax slices per connection and turn).
 const loopGatherMax = 256 << 10
 
+// loopWriteCopies is how many bytes copied into a connection's queue
+// the turn gathers for it before they leave ahead of the turn's end:
+// before the connection's next read, and when its delivery ends (see
+// writeCopies). Past it, holding them to the end of the turn saves no
+// system call worth the cache: the turn goes on to read and copy for its
+// other connections, and the bytes cool before the kernel copies them
+// out. Measured on echo 16 KiB (64 connections): the copy into the queue
+// and the kernel's copy out of it took 2.2-3.1 µs a reply when written
+// at the end of the turn, 0.8-1.0 when written before the next read, as
+// a reading goroutine's batch is. Frames the queue refers to (a
+// PreparedMessage's) do not count: they are one buffer for every
+// receiver, and a chat's turn still writes each receiver once.
+const loopWriteCopies = 16 << 10
+
 // loopEvents is the most events one wait returns.
 const loopEvents = 256
 
@@ -774,6 +788,7 @@ func (l *loop) deliver(t *loopTransport) {
 	if m := &c.rd.msg; m.handed || (m.buf != nil && c.rd.end != nil) {
 		c.releaseMessage()
 	}
+	t.writeCopies()
 	c.rd.buf = nil
 	if t.held == nil {
 		c.rd.in = nil
@@ -1185,6 +1200,7 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 	if t.reads == 0 || t.fd < 0 {
 		return nil, 0, errLoopDry
 	}
+	t.writeCopies()
 	t.reads--
 	buf := t.l.buf
 	if size > 0 {
@@ -1205,6 +1221,24 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 		t.reads = 0 // most likely drained; epoll says if not
 	}
 	return &t.l.buf, n, nil
+}
+
+// writeCopies writes what the turn gathered for the connection once the
+// queue holds loopWriteCopies bytes of copies, instead of at the end of
+// the turn (the connection stays on the turn's list: what is gathered
+// for it later leaves then). The loop calls it before each read of the
+// connection and when its delivery ends: the replies of one read leave
+// before the next read, as a reading goroutine's batch does. A queue that
+// waits for the peer (backpressure) or that a cork holds is left alone.
+func (t *loopTransport) writeCopies() {
+	c := t.c
+	c.wr.mu.Lock()
+	if !c.wr.q.copiedAtLeast(loopWriteCopies) {
+		c.wr.mu.Unlock()
+		return
+	}
+	c.uncorkedLocked()
+	c.unlockWrite()
 }
 
 // flush asks the loop to write the queue when the socket is writable
