@@ -116,6 +116,18 @@ const loopGatherMax = 256 << 10
 // receiver, and a chat's turn still writes each receiver once.
 const loopWriteCopies = 16 << 10
 
+// loopRaw says that the loops read and write their sockets without
+// telling the Go scheduler (RawSyscall, see sysIO). The sockets are
+// non-blocking, so a call never waits; told, the scheduler takes the
+// processor of a loop whose call it finds still running at its next look
+// (the other processors busy, as on a loaded loop) and hands it to a
+// thread it wakes for the purpose, which finds nothing to do and sleeps
+// again, while the loop's thread, back from the kernel, must get a
+// processor back. A loop also waits for events without a system call of
+// its own (netpoll.Poller.Wait parks it), so it never holds a processor
+// in the kernel.
+const loopRaw = true
+
 // loopEvents is the most events one wait returns.
 const loopEvents = 256
 
@@ -837,7 +849,7 @@ func (l *loop) windDown(t *loopTransport) {
 		unix.Shutdown(int(t.fd), unix.SHUT_WR)
 	}
 	for range loopReadsPerEvent {
-		n, err := readFd(uintptr(t.fd), l.buf)
+		n, err := readFd(uintptr(t.fd), l.buf, loopRaw)
 		if err == errAgain {
 			return
 		}
@@ -1160,7 +1172,7 @@ func (t *loopTransport) tryWrite(a, b []byte) (int, error) {
 	}
 	t.l.writes.Add(1)
 	var iov [2]syscall.Iovec // does not escape: no allocation, and no room in every idle connection
-	n, err := writeFd(uintptr(t.fd), &iov, a, b)
+	n, err := writeFd(uintptr(t.fd), &iov, a, b, loopRaw)
 	if err == errAgain {
 		return 0, nil
 	}
@@ -1175,7 +1187,7 @@ func (t *loopTransport) tryWritev(bufs [][]byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	t.l.writes.Add(1)
-	n, err := writevFd(uintptr(t.fd), bufs)
+	n, err := writevFd(uintptr(t.fd), bufs, loopRaw)
 	if err == errAgain {
 		return 0, nil
 	}
@@ -1207,7 +1219,7 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 		buf = buf[:min(size, cap(buf))]
 	}
 	t.l.reads.Add(1)
-	n, err := readFd(uintptr(t.fd), buf)
+	n, err := readFd(uintptr(t.fd), buf, loopRaw)
 	switch {
 	case err == errAgain:
 		t.reads = 0
