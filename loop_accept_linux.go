@@ -198,7 +198,7 @@ var testHookHeadRead atomic.Pointer[func(used int)]
 // once it is complete or breaks a rule.
 func (l *loop) readHead(h *loopHead) {
 	for range loopReadsPerEvent {
-		k, err := readFd(uintptr(h.fd), l.buf)
+		k, err := readFd(uintptr(h.fd), l.buf, loopRaw)
 		if err == errAgain {
 			return
 		}
@@ -245,7 +245,7 @@ func (l *loop) answerHead(h *loopHead, rest []byte) {
 		return
 	}
 	var iov [2]syscall.Iovec
-	if k, err := writeFd(uintptr(h.fd), &iov, answer, nil); err != nil || k < len(answer) {
+	if k, err := writeFd(uintptr(h.fd), &iov, answer, nil, loopRaw); err != nil || k < len(answer) {
 		// A new socket's send buffer takes a 101 whole: if it does not,
 		// the client is gone or misbehaves.
 		if err == nil || err == errAgain {
@@ -300,7 +300,7 @@ func (h *loopHead) refuse(rf *refusal, r *http.Request) {
 	l := h.l
 	b := appendRefusal(make([]byte, 0, 256), rf)
 	var iov [2]syscall.Iovec
-	writeFd(uintptr(h.fd), &iov, b, nil)
+	writeFd(uintptr(h.fd), &iov, b, nil, loopRaw)
 	if unix.Shutdown(h.fd, unix.SHUT_WR) != nil {
 		l.closeHead(h)
 	} else {
@@ -315,7 +315,7 @@ func (h *loopHead) refuse(rf *refusal, r *http.Request) {
 // closes or the bound is reached.
 func (l *loop) dropRest(h *loopHead) {
 	for range loopReadsPerEvent {
-		k, err := readFd(uintptr(h.fd), l.buf)
+		k, err := readFd(uintptr(h.fd), l.buf, loopRaw)
 		if err == errAgain {
 			return
 		}

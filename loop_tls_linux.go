@@ -157,6 +157,7 @@ func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 	if lt.reads == 0 || lt.fd < 0 {
 		return nil, 0, errLoopDry
 	}
+	lt.writeCopies()
 	lt.reads--
 	t.tt.s.fd = uintptr(lt.fd)
 	buf := lt.l.buf

@@ -346,6 +346,28 @@ func (q *sendQueue) queued() int {
 	return q.tail() - q.head
 }
 
+// copiedAtLeast reports whether the main lane's frames hold n bytes or
+// more that the queue copied (its owned bytes and chunks), as opposed to
+// shared frames it refers to. A frame the transport has begun counts
+// whole.
+func (q *sendQueue) copiedAtLeast(n int) bool {
+	if q.queued() < n {
+		return false
+	}
+	copied := 0
+	for i := q.first; i < len(q.recs); i++ {
+		r := &q.recs[i]
+		copied += r.oend - r.ostart
+		if r.chunk != nil {
+			copied += len(r.ref)
+		}
+		if copied >= n {
+			return true
+		}
+	}
+	return false
+}
+
 // tail is the offset just past the main lane's last byte.
 func (q *sendQueue) tail() int {
 	if q.queueLane == nil {

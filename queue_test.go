@@ -557,3 +557,35 @@ func TestAQueueGatheringAFanOutTurnAfterTurnAllocatesNoRecords(t *testing.T) {
 		t.Fatalf("%.2f allocations per turn of 256 records, want none", n)
 	}
 }
+
+// copiedAtLeast counts what the queue copied (a small frame into its
+// buffer, a large one into a chunk of its own), not the shared frames it
+// refers to: an event loop writes a connection before the end of its
+// turn by it (loopWriteCopies).
+func TestAQueueCountsTheBytesItCopiedNotTheSharedFramesItRefersTo(t *testing.T) {
+	hdr := []byte{0x82, 126, 0x40, 0}
+	shared := make([]byte, 16<<10)
+	var q sendQueue
+	for range 4 {
+		q.push(hdr, shared, false, [4]byte{}, false, true, nil, nil, true)
+	}
+	if q.copiedAtLeast(1 << 10) {
+		t.Fatalf("4 shared frames of 16 KiB referred to: copied at least 1 KiB, want only their headers")
+	}
+	copied := make([]byte, 8<<10)
+	q.push(hdr, copied, false, [4]byte{}, false, false, nil, nil, true) // into the buffer
+	q.push(hdr, copied, false, [4]byte{}, false, false, nil, nil, true) // into a chunk (the buffer is full)
+	if q.recs[len(q.recs)-1].chunk == nil {
+		t.Fatal("the second frame of 8 KiB was not copied into a chunk")
+	}
+	if !q.copiedAtLeast(16 << 10) {
+		t.Fatal("two frames of 8 KiB copied: want at least 16 KiB")
+	}
+	if q.copiedAtLeast(17 << 10) {
+		t.Fatal("two frames of 8 KiB and 6 headers copied: want less than 17 KiB")
+	}
+	q.advance(q.queued())
+	if q.copiedAtLeast(1) {
+		t.Fatal("everything left: want nothing copied")
+	}
+}

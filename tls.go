@@ -107,7 +107,7 @@ func (s *tlsSocket) Read(p []byte) (int, error) {
 	if !s.engine.Load() {
 		return s.Conn.Read(p)
 	}
-	n, err := readFd(s.fd, p)
+	n, err := readFd(s.fd, p, false)
 	if err == errAgain {
 		return 0, errWouldBlock
 	}
@@ -176,7 +176,7 @@ func (s *tlsSocket) doFlush(fd uintptr, wait bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.backlogLocked() > 0 {
-		n, err := writeFd(fd, &s.iov, (*s.out)[s.off:], nil)
+		n, err := writeFd(fd, &s.iov, (*s.out)[s.off:], nil, false)
 		if err == errAgain {
 			return !wait
 		}

@@ -221,7 +221,7 @@ func (t *socketTransport) tryWrite(a, b []byte) (int, error) {
 
 func (t *socketTransport) tryWritev(bufs [][]byte) (int, error) {
 	if t.inFlush {
-		n, err := writevFd(t.ffd, bufs)
+		n, err := writevFd(t.ffd, bufs, false)
 		if err == errAgain {
 			return 0, nil
 		}
@@ -241,10 +241,10 @@ func (t *socketTransport) tryWritev(bufs [][]byte) (int, error) {
 
 func (t *socketTransport) doWrite(fd uintptr) bool {
 	if t.bufs != nil {
-		t.n, t.err = writevFd(fd, t.bufs)
+		t.n, t.err = writevFd(fd, t.bufs, false)
 		return true
 	}
-	t.n, t.err = writeFd(fd, &t.iov, t.a, t.b)
+	t.n, t.err = writeFd(fd, &t.iov, t.a, t.b, false)
 	return true
 }
 
@@ -291,7 +291,7 @@ func (t *socketTransport) doRead(fd uintptr) bool {
 	if t.rsize > 0 {
 		p = p[:t.rsize]
 	}
-	n, err := readFd(fd, p)
+	n, err := readFd(fd, p, false)
 	if err == errAgain {
 		bufpool.Put(t.rbuf)
 		t.rbuf = nil

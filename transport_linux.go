@@ -28,24 +28,39 @@ func rawConnOf(nc net.Conn) syscall.RawConn {
 	return rc
 }
 
+// sysIO makes the read, write or writev system call trap on the
+// non-blocking socket fd, over n bytes or iovecs at p. With raw it is made
+// without telling the Go scheduler (RawSyscall), as an event loop's are
+// (see loopRaw); else as any system call (Syscall), as a reading or
+// flushing goroutine's are. Either way it does not block: the socket is
+// non-blocking.
+func sysIO(raw bool, trap, fd uintptr, p unsafe.Pointer, n int) (uintptr, syscall.Errno) {
+	if raw {
+		r, _, e := syscall.RawSyscall(trap, fd, uintptr(p), uintptr(n))
+		return r, e
+	}
+	r, _, e := syscall.Syscall(trap, fd, uintptr(p), uintptr(n))
+	return r, e
+}
+
 // writeFd writes a and then b to the non-blocking socket fd in one system
-// call. It returns how many bytes went out; a full socket buffer is n == 0
-// with errAgain.
-func writeFd(fd uintptr, iov *[2]iovec, a, b []byte) (int, error) {
+// call (raw: see sysIO). It returns how many bytes went out; a full socket
+// buffer is n == 0 with errAgain.
+func writeFd(fd uintptr, iov *[2]iovec, a, b []byte, raw bool) (int, error) {
 	for {
 		var r uintptr
 		var e syscall.Errno
 		switch {
 		case len(b) == 0:
-			r, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(len(a)))
+			r, e = sysIO(raw, syscall.SYS_WRITE, fd, unsafe.Pointer(unsafe.SliceData(a)), len(a))
 		case len(a) == 0:
-			r, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+			r, e = sysIO(raw, syscall.SYS_WRITE, fd, unsafe.Pointer(unsafe.SliceData(b)), len(b))
 		default:
 			iov[0].Base = unsafe.SliceData(a)
 			iov[0].SetLen(len(a))
 			iov[1].Base = unsafe.SliceData(b)
 			iov[1].SetLen(len(b))
-			r, _, e = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(iov)), 2)
+			r, e = sysIO(raw, syscall.SYS_WRITEV, fd, unsafe.Pointer(iov), 2)
 			iov[0].Base, iov[1].Base = nil, nil
 		}
 		switch e {
@@ -60,10 +75,10 @@ func writeFd(fd uintptr, iov *[2]iovec, a, b []byte) (int, error) {
 	}
 }
 
-// readFd reads once from the non-blocking socket fd.
-func readFd(fd uintptr, p []byte) (int, error) {
+// readFd reads once from the non-blocking socket fd (raw: see sysIO).
+func readFd(fd uintptr, p []byte, raw bool) (int, error) {
 	for {
-		r, _, e := syscall.Syscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		r, e := sysIO(raw, syscall.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(p)), len(p))
 		switch e {
 		case 0:
 			return int(r), nil
@@ -80,14 +95,14 @@ func readFd(fd uintptr, p []byte) (int, error) {
 var iovecs = sync.Pool{New: func() any { return new([iovMax]syscall.Iovec) }}
 
 // writevFd writes bufs (at most iovMax of them are taken) to the
-// non-blocking socket fd in one system call. It returns how many bytes
-// went out; a full socket buffer is n == 0 with errAgain.
-func writevFd(fd uintptr, bufs [][]byte) (int, error) {
+// non-blocking socket fd in one system call (raw: see sysIO). It returns
+// how many bytes went out; a full socket buffer is n == 0 with errAgain.
+func writevFd(fd uintptr, bufs [][]byte, raw bool) (int, error) {
 	switch len(bufs) {
 	case 0:
 		return 0, nil
 	case 1:
-		return writeFd(fd, nil, bufs[0], nil)
+		return writeFd(fd, nil, bufs[0], nil, raw)
 	}
 	bufs = bufs[:min(len(bufs), iovMax)]
 	iov := iovecs.Get().(*[iovMax]syscall.Iovec)
@@ -98,7 +113,7 @@ func writevFd(fd uintptr, bufs [][]byte) (int, error) {
 	var n int
 	var err error
 	for {
-		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(iov)), uintptr(len(bufs)))
+		r, e := sysIO(raw, syscall.SYS_WRITEV, fd, unsafe.Pointer(iov), len(bufs))
 		if e == syscall.EINTR {
 			continue
 		}

@@ -11,8 +11,8 @@ import (
 // path (blocking reads, a flusher goroutine for writes).
 func rawConnOf(net.Conn) syscall.RawConn { return nil }
 
-func writeFd(uintptr, *[2]iovec, []byte, []byte) (int, error) { return 0, errAgain }
+func writeFd(uintptr, *[2]iovec, []byte, []byte, bool) (int, error) { return 0, errAgain }
 
-func readFd(uintptr, []byte) (int, error) { return 0, errAgain }
+func readFd(uintptr, []byte, bool) (int, error) { return 0, errAgain }
 
-func writevFd(uintptr, [][]byte) (int, error) { return 0, errAgain }
+func writevFd(uintptr, [][]byte, bool) (int, error) { return 0, errAgain }

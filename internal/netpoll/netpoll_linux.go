@@ -3,16 +3,20 @@
 // Package netpoll is a thin, allocation-free layer over Linux epoll for
 // rally's event loops: one epoll instance with an eventfd to wake it,
 // level-triggered registrations carrying a 64-bit tag, and taking a
-// socket's descriptor away from the Go runtime's poller. It does no
-// reading or writing of the sockets themselves and knows nothing of
-// WebSockets. It is for rally's own packages, not for users, and exists
+// socket's descriptor away from the Go runtime's poller. A Wait with
+// nothing to report parks its goroutine in the Go scheduler (the epoll
+// instance is itself registered with the runtime's poller) rather than
+// blocking its thread in epoll_wait. It does no reading or writing of the
+// sockets themselves and knows nothing of WebSockets. It is for rally's own packages, not for users, and exists
 // only on Linux.
 package netpoll
 
 import (
 	"errors"
+	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -38,8 +42,13 @@ type Event struct {
 // Poller is an epoll instance and its eventfd. Add, Mod, Del and Wake are
 // safe from any goroutine; Wait is for one goroutine at a time (the loop).
 type Poller struct {
-	epfd   int
-	efd    int
+	epfd int
+	efd  int
+	// ep is the epoll instance as a file (nil if it could not be made
+	// one), and rc its RawConn, through which Wait parks, if the runtime's
+	// poller took it (else nil: Wait blocks in epoll_wait).
+	ep     *os.File
+	rc     syscall.RawConn
 	woken  atomic.Bool // a wake-up is pending: Wake need not write again
 	events []unix.EpollEvent
 	out    []Event
@@ -64,6 +73,19 @@ func New(batch int) (*Poller, error) {
 		p.Close()
 		return nil, err
 	}
+	// An epoll instance is readable while it has events to report, so the
+	// runtime's poller can watch it. A waiting loop then costs what a
+	// goroutine waiting for its socket costs: its thread is free for other
+	// goroutines, and no processor is held by a thread blocked in the
+	// kernel for the scheduler's monitor to take back and hand to a thread
+	// it wakes (rally's event loops: see loopRaw).
+	if unix.SetNonblock(epfd, true) == nil {
+		p.ep = os.NewFile(uintptr(epfd), "epoll")
+		// A file the runtime's poller did not take has no deadlines.
+		if p.ep.SetReadDeadline(time.Time{}) == nil {
+			p.rc, _ = p.ep.SyscallConn()
+		}
+	}
 	return p, nil
 }
 
@@ -71,7 +93,12 @@ func New(batch int) (*Poller, error) {
 // registered are not closed.
 func (p *Poller) Close() error {
 	err1 := unix.Close(p.efd)
-	err2 := unix.Close(p.epfd)
+	var err2 error
+	if p.ep != nil {
+		err2 = p.ep.Close() // out of the runtime's poller too, if it was in
+	} else {
+		err2 = unix.Close(p.epfd)
+	}
 	return errors.Join(err1, err2)
 }
 
@@ -138,15 +165,31 @@ func (p *Poller) Wake() error {
 // a Wake after that is reported by the next Wait.
 func (p *Poller) Wait(msec int) (events []Event, woken bool, err error) {
 	var n int
-	for {
-		n, err = unix.EpollWait(p.epfd, p.events, msec)
-		if err == unix.EINTR {
-			continue
+	switch {
+	case msec == 0:
+		n, err = p.poll()
+	case msec < 0 && p.rc != nil:
+		// Look, and park in the runtime's poller until the instance is
+		// readable if there was nothing. The runtime forgets a readiness
+		// it reported before the look, and keeps one that comes after it
+		// (its registration is edge-triggered): nothing is missed.
+		rerr := p.rc.Read(func(uintptr) bool {
+			n, err = p.poll()
+			return n > 0 || err != nil
+		})
+		if rerr != nil && err == nil {
+			err = rerr
 		}
-		if err != nil {
-			return nil, false, err
+	default:
+		for {
+			n, err = unix.EpollWait(p.epfd, p.events, msec)
+			if err != unix.EINTR {
+				break
+			}
 		}
-		break
+	}
+	if err != nil {
+		return nil, false, err
 	}
 	out := p.out[:0]
 	for i := range n {
@@ -163,6 +206,24 @@ func (p *Poller) Wait(msec int) (events []Event, woken bool, err error) {
 	}
 	p.out = out
 	return out, woken, nil
+}
+
+// poll returns the events ready now, without waiting. It never blocks,
+// so it is made without telling the scheduler (RawSyscall6).
+func (p *Poller) poll() (int, error) {
+	for {
+		// epoll_pwait with no signal mask is epoll_wait, which some
+		// architectures lack.
+		r, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(p.epfd),
+			uintptr(unsafe.Pointer(unsafe.SliceData(p.events))), uintptr(len(p.events)), 0, 0, 0)
+		switch e {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
 }
 
 // Take takes the socket under rc away from the Go runtime: it returns a

@@ -191,3 +191,23 @@ func TestTakeKeepsTheSocketNonBlockingAfterTheConnCloses(t *testing.T) {
 		t.Fatalf("read %q after the original closed", buf[:n])
 	}
 }
+
+// Wait parks in the runtime's poller when nothing is ready. A byte
+// written just before its look, during it, or while it parks is reported
+// all the same: none is missed (a missed one would leave Wait parked).
+func TestPollerWaitMissesNoReadinessAroundItsPark(t *testing.T) {
+	p := newPoller(t)
+	a, b := socketPair(t)
+	const tag = 3
+	if err := p.Add(a, tag, false); err != nil {
+		t.Fatal(err)
+	}
+	var buf [1]byte
+	for i := range 2000 {
+		go unix.Write(b, []byte{byte(i)})
+		waitFor(t, p, tag, Readable)
+		if n, err := unix.Read(a, buf[:]); n != 1 || err != nil || buf[0] != byte(i) {
+			t.Fatalf("write %d: read %d bytes %v, err %v", i, n, buf[:n], err)
+		}
+	}
+}
