@@ -453,8 +453,9 @@ func (c *Conn) keepaliveToLoop(t *loopTransport) {
 // cost less per message: what one loop's turn sends to another loop's
 // connections is handed over or written under their locks, and each
 // turn gathers more. On two cores one loop cost less server CPU per
-// message than two in 17 of 18 comparisons of the bench module, chat by
-// up to half (docs/BENCHMARKS.md, "How many event loops").
+// message than two in 14 of 16 comparisons of the bench module on a
+// quiet machine, chat by a quarter to a half; two loops echoed faster,
+// using both cores (docs/BENCHMARKS.md, "How many event loops").
 func defaultEventLoops() int {
 	return (runtime.GOMAXPROCS(0) + 1) / 2
 }

@@ -95,8 +95,10 @@ type Server struct {
 	// means half of runtime.GOMAXPROCS(0), rounded up (one on two
 	// cores): the other Ps are left to handshakes, the garbage collector
 	// and the program's goroutines, and fewer loops hand fewer sends over
-	// between them. A loop's goroutine exists only while the loop has
-	// connections.
+	// between them, so a message costs less CPU. A server with cores of
+	// its own whose load is mostly echoes may set runtime.GOMAXPROCS(0):
+	// more loops use more cores at once. A loop's goroutine exists only
+	// while the loop has connections.
 	EventLoops int
 
 	set   connSet
