@@ -3,10 +3,10 @@ package rally
 import "os"
 
 // RALLY_TEST_EVENT_LOOP=1 runs every Server of the tests in event-loop
-// mode (see testEventLoop).
+// mode (see testEventLoop), on two loops at least (testEventLoops).
 func init() {
 	if os.Getenv("RALLY_TEST_EVENT_LOOP") == "1" {
-		testEventLoop = true
+		testEventLoop, testEventLoops = true, 2
 	}
 }
 

@@ -466,7 +466,7 @@ func (grp *loopGroup) pick(s *Server) (*loop, error) {
 	if grp.slots == nil {
 		n := s.EventLoops
 		if n <= 0 {
-			n = defaultEventLoops()
+			n = max(defaultEventLoops(), testEventLoops)
 		}
 		grp.slots = make([]*loop, n)
 	}

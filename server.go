@@ -162,6 +162,12 @@ func (s *Server) acceptOptions() *AcceptOptions {
 // tests run in both modes (set by the tests from RALLY_TEST_EVENT_LOOP).
 var testEventLoop bool
 
+// testEventLoops, when the tests set it, is the least number of loops of
+// a Server that does not say, so that a run of every test on event loops
+// also goes through the hand-overs between loops, which the default of
+// one loop on two cores never takes.
+var testEventLoops int
+
 // start serves a connection whose handshake is done: on an event loop
 // when the Server has them and the connection can be, else on a goroutine
 // of its own (an HTTP/2 stream: on the handler's, which must not return
