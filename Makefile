@@ -48,6 +48,7 @@ TEST_TIMEOUT  ?= 60m
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
+	GOARCH=386 $(GO) vet $(PKGS) # every package builds where an int is 32 bits
 	$(GO) test -race -short -count=1 -timeout $(CHECK_TIMEOUT) $(UNIT)
 	$(GO) test -tags purego -count=1 -timeout $(CHECK_TIMEOUT) ./frame/
 	$(GO) test -count=1 -timeout $(CHECK_TIMEOUT) -run 'Allocates' ./pubsub/ ./server/ # allocation counts skip under -race
@@ -58,6 +59,7 @@ setup:
 test: setup
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
+	GOARCH=386 $(GO) vet $(PKGS) # every package builds where an int is 32 bits
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	RALLY_TEST_EVENT_LOOP=1 $(GO) test -race -short -count=1 -timeout $(CHECK_TIMEOUT) . # every root Server test again, on event loops
 	$(GO) test -tags purego -count=1 -timeout $(CHECK_TIMEOUT) ./frame/

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -215,6 +216,10 @@ func (h *hostileRun) closeAll() {
 	h.conns, h.others = nil, nil
 }
 
+// bombSize is what a bomb inflates to by default: 2 GiB, or the most
+// whole MiB an int holds where that is less (32-bit platforms).
+const bombSize = min(2<<30, math.MaxInt>>20<<20)
+
 func hostileDefaults(cfg HostileConfig) HostileConfig {
 	if cfg.Conns <= 0 {
 		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "h2-slow-read": 5, "garbage": 10000, "adversary": 200,
@@ -222,7 +227,7 @@ func hostileDefaults(cfg HostileConfig) HostileConfig {
 	}
 	if cfg.Size <= 0 {
 		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1, "h2-slow-read": 1000,
-			"many-subs": 100, "reconnect-old": 999, "bomb": 2 << 30}[cfg.Scenario]
+			"many-subs": 100, "reconnect-old": 999, "bomb": bombSize}[cfg.Scenario]
 	}
 	if cfg.Duration <= 0 {
 		cfg.Duration = 20 * time.Second
