@@ -540,7 +540,8 @@ func runProbe(ctx context.Context, cfg HostileConfig, stdout io.Writer) int {
 
 // probeProcess starts the probe process for cfg and records what it
 // writes until ctx ends. It returns an error, having recorded nothing, if
-// the process could not be started.
+// the process could not be started or ended before ctx without a probe:
+// the caller then probes from here.
 func probeProcess(ctx context.Context, cfg HostileConfig, record func(ProbeTiming, error)) error {
 	cmd, err := workerCommand([]string{cfg.Scenario, cfg.ProbeURL, "--duration", cfg.Duration.String()})
 	if err != nil {
@@ -557,6 +558,7 @@ func probeProcess(ctx context.Context, cfg HostileConfig, record func(ProbeTimin
 	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
 	defer stop()
 	sc := bufio.NewScanner(out)
+	probes := 0
 	for sc.Scan() {
 		var l probeLine
 		if json.Unmarshal(sc.Bytes(), &l) != nil {
@@ -567,8 +569,14 @@ func probeProcess(ctx context.Context, cfg HostileConfig, record func(ProbeTimin
 			perr = errors.New(l.Err)
 		}
 		record(l.ProbeTiming, perr)
+		probes++
 	}
-	cmd.Wait()
+	werr := cmd.Wait()
+	if probes == 0 && ctx.Err() == nil {
+		// It ended before the attack without probing: the attack must
+		// not pass for want of a probe.
+		return fmt.Errorf("it ended without a probe (%v)", werr)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,27 @@ func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
 	res.WriteSummary(&out)
 	if !strings.Contains(out.String(), "from its own process") {
 		t.Errorf("summary does not say where the probe ran:\n%s", out.String())
+	}
+}
+
+// A probe process that ends without probing does not let the attack
+// pass unprobed: the run probes from its own process instead.
+func TestAProbeProcessThatEndsWithoutProbingIsReplacedByAProbeFromHere(t *testing.T) {
+	defer loadgen.SetWorkerCommand(func([]string) (*exec.Cmd, error) { return exec.Command("true"), nil })()
+	echo := startServer(t, echoReply)
+	defer echo.stop()
+	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
+		Scenario: "garbage", URL: echo.url("/"), Conns: 4, Duration: slowness.Scale(2 * time.Second), Settle: time.Millisecond,
+		MaxRSS: 1 << 40, MaxProbeP99: time.Hour, ProbeProcess: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ProbeFrom != "the attacking process" || res.Probes == 0 {
+		t.Errorf("probe from %q, %d probes: want probes from the attacking process", res.ProbeFrom, res.Probes)
+	}
+	if res.Answers["probe process: it ended without a probe (<nil>)"] != 1 {
+		t.Errorf("answers %v, want the probe process's end counted", res.Answers)
 	}
 }
 
