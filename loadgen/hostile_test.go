@@ -105,12 +105,13 @@ func TestTheAdversaryHoldsTheFastSubscriberToItsRateBesideTheWellBehavedClients(
 	}
 }
 
-// The probe runs in a process of its own, so that the attack's
-// goroutines do not delay it: what it measured reaches the result.
-func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
-	workers := workersInThisBinary(t)
+// probedGarbageRun runs a short garbage attack on an echo server with
+// its probe in a process of its own, and returns the result and the
+// server's URL.
+func probedGarbageRun(t *testing.T) (*loadgen.HostileResult, string) {
+	t.Helper()
 	echo := startServer(t, echoReply)
-	defer echo.stop()
+	t.Cleanup(echo.stop)
 	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
 		Scenario: "garbage", URL: echo.url("/"), Conns: 4, Duration: slowness.Scale(2 * time.Second), Settle: time.Millisecond,
 		MaxRSS: 1 << 40, MaxProbeP99: time.Hour, ProbeProcess: true,
@@ -118,7 +119,15 @@ func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if started := workers(); len(started) != 1 || !strings.HasPrefix(started[0], "garbage "+echo.url("/")) {
+	return res, echo.url("/")
+}
+
+// The probe runs in a process of its own, so that the attack's
+// goroutines do not delay it: what it measured reaches the result.
+func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
+	workers := workersInThisBinary(t)
+	res, url := probedGarbageRun(t)
+	if started := workers(); len(started) != 1 || !strings.HasPrefix(started[0], "garbage "+url) {
 		t.Errorf("started %q, want one probe process for garbage against the echo URL", workers())
 	}
 	if res.ProbeFrom != "its own process" || res.Probes == 0 || res.ProbeFailures == res.Probes {
@@ -135,15 +144,7 @@ func TestTheProbeOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
 // pass unprobed: the run probes from its own process instead.
 func TestAProbeProcessThatEndsWithoutProbingIsReplacedByAProbeFromHere(t *testing.T) {
 	defer loadgen.SetWorkerCommand(func([]string) (*exec.Cmd, error) { return exec.Command("true"), nil })()
-	echo := startServer(t, echoReply)
-	defer echo.stop()
-	res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
-		Scenario: "garbage", URL: echo.url("/"), Conns: 4, Duration: slowness.Scale(2 * time.Second), Settle: time.Millisecond,
-		MaxRSS: 1 << 40, MaxProbeP99: time.Hour, ProbeProcess: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := probedGarbageRun(t)
 	if res.ProbeFrom != "the attacking process" || res.Probes == 0 {
 		t.Errorf("probe from %q, %d probes: want probes from the attacking process", res.ProbeFrom, res.Probes)
 	}
