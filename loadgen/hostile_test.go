@@ -77,8 +77,30 @@ func TestHostileVerdictFailsPastTheMemoryBound(t *testing.T) {
 	}
 	var out bytes.Buffer
 	res.WriteSummary(&out)
-	if !strings.HasPrefix(out.String(), "garbage: FAIL  4 connections") || !strings.Contains(out.String(), "server RSS (pid ") {
+	if !strings.HasPrefix(out.String(), "garbage: FAIL  4 connections") || !strings.Contains(out.String(), "server RSS (pid ") ||
+		!strings.Contains(out.String(), "of which its own (RssAnon") {
 		t.Errorf("summary:\n%s", out.String())
+	}
+}
+
+// The server's memory after an attack is held to the hostile target:
+// at most 1.5 times what it was before.
+func TestHostileVerdictFailsWhenMemoryAfterIsOverOneAndAHalfTimesBefore(t *testing.T) {
+	for _, c := range []struct {
+		before, after int64
+		fail          bool
+	}{
+		{20 << 20, 30 << 20, false},
+		{20 << 20, 31 << 20, true},
+		{20 << 20, 12 << 20, false},
+	} {
+		reasons := loadgen.MemoryAfterVerdict(c.before, c.after)
+		switch {
+		case !c.fail && len(reasons) > 0:
+			t.Errorf("%d before, %d after: %v, want a pass", c.before, c.after, reasons)
+		case c.fail && (len(reasons) != 1 || !strings.Contains(reasons[0], "over 1.5x the 20.0 MiB before")):
+			t.Errorf("%d before, %d after: %v, want the memory after over 1.5x", c.before, c.after, reasons)
+		}
 	}
 }
 

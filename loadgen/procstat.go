@@ -67,6 +67,33 @@ func ProcessMemory(pid int) (rss, peak int64, err error) {
 	return rss, peak, nil
 }
 
+// ProcessAnonMemory returns the part of process pid's resident set that
+// is its own memory (RssAnon of /proc/PID/status: heap, stacks, the Go
+// runtime's), in bytes, leaving out the pages mapped from files (RssFile:
+// the executable's code and data, read in the first time a path of the
+// code runs, shared with every process running the same binary, and
+// dropped by the kernel when it needs the room).
+func ProcessAnonMemory(pid int) (int64, error) {
+	b, err := os.ReadFile(procPath(pid, "status"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok || string(name) != "RssAnon" {
+			continue
+		}
+		if f := bytes.Fields(value); len(f) >= 1 {
+			kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("loadgen: no RssAnon in %s", procPath(pid, "status"))
+}
+
 // ResetPeakMemory makes the peak resident set size of process pid start
 // again from its current size (Linux clear_refs, value 5), so that a peak
 // read later belongs to the window that follows. It needs the right to

@@ -86,7 +86,7 @@ type Hub struct {
 	budget        *rally.MemoryBudget
 
 	mu      sync.RWMutex
-	topics  map[string]*subscribers
+	topics  shrinkmap.Map[string, *subscribers] // gives back the room of topics gone
 	members shrinkmap.Map[*rally.Conn, *member] // gives back the room of a crowd that left
 
 	// imu is held while a change of interest is told to the broker, so
@@ -99,7 +99,7 @@ type Hub struct {
 type subscribers struct {
 	name  string
 	subs  []*rally.Conn
-	index shrinkmap.Map[*rally.Conn, int] // where each subscriber is in subs
+	index shrinkmap.Map[*rally.Conn, int] // where each subscriber is in subs, past smallTopic of them
 }
 
 // member is what the hub knows of one connection: the topics it
@@ -170,7 +170,7 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 			return nil
 		}
 	}
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	first := t == nil
 	cost := int64(subscriptionCost)
 	if hook {
@@ -189,11 +189,8 @@ func (h *Hub) Subscribe(c *rally.Conn, topic string) error {
 		h.members.Set(c, m)
 	}
 	if first {
-		if h.topics == nil {
-			h.topics = map[string]*subscribers{}
-		}
 		t = newSubscribers(topic)
-		h.topics[topic] = t
+		h.topics.Set(topic, t)
 	}
 	t.add(c)
 	m.topics.Set(topic, t)
@@ -273,24 +270,11 @@ func (h *Hub) forget(c *rally.Conn, m *member) {
 // removeLocked takes c out of t and reports whether t is now empty (and
 // gone from the hub). The caller holds h.mu.
 func (h *Hub) removeLocked(t *subscribers, c *rally.Conn) bool {
-	i, _ := t.index.Get(c)
-	last := len(t.subs) - 1
-	if i != last {
-		moved := t.subs[last]
-		t.subs[i] = moved
-		t.index.Set(moved, i)
-	}
-	t.subs[last] = nil
-	t.subs = t.subs[:last]
-	if cap(t.subs) >= shrinkmap.Min && last <= cap(t.subs)/4 {
-		// As index does: give back the room of subscribers gone.
-		t.subs = slices.Clip(slices.Clone(t.subs))
-	}
-	t.index.Delete(c)
+	last := t.remove(c)
 	if last > 0 {
 		return false
 	}
-	delete(h.topics, t.name)
+	h.topics.Delete(t.name)
 	h.budget.Release(rally.MemorySubscriptions, topicCharge(t.name))
 	return true
 }
@@ -311,9 +295,63 @@ func newSubscribers(name string) *subscribers {
 	return &subscribers{name: name}
 }
 
+// A topic with up to smallTopic subscribers finds one in subs itself,
+// without index: most topics have few subscribers (a user's own topic, a
+// document's editors), and a map for them would be most of what their
+// subscriptions cost. A topic that grew past smallTopic keeps its index
+// until it has half as many again.
+const smallTopic = 8
+
+// indexed reports whether t keeps an index of its subscribers.
+func (t *subscribers) indexed() bool { return t.index.Len() > 0 }
+
 func (t *subscribers) add(c *rally.Conn) {
-	t.index.Set(c, len(t.subs))
+	switch {
+	case t.indexed():
+		t.index.Set(c, len(t.subs))
+	case len(t.subs) >= smallTopic:
+		for i, s := range t.subs {
+			t.index.Set(s, i)
+		}
+		t.index.Set(c, len(t.subs))
+	}
 	t.subs = append(t.subs, c)
+}
+
+// find returns where c is in subs.
+func (t *subscribers) find(c *rally.Conn) int {
+	if t.indexed() {
+		i, _ := t.index.Get(c)
+		return i
+	}
+	return slices.Index(t.subs, c)
+}
+
+// remove takes c, a subscriber, out of t and returns how many are left.
+func (t *subscribers) remove(c *rally.Conn) int {
+	i := t.find(c)
+	last := len(t.subs) - 1
+	if i != last {
+		moved := t.subs[last]
+		t.subs[i] = moved
+		if t.indexed() {
+			t.index.Set(moved, i)
+		}
+	}
+	t.subs[last] = nil
+	t.subs = t.subs[:last]
+	if cap(t.subs) >= shrinkmap.Min && last <= cap(t.subs)/4 {
+		// As index does: give back the room of subscribers gone.
+		t.subs = slices.Clip(slices.Clone(t.subs))
+	}
+	if t.indexed() {
+		if last <= smallTopic/2 {
+			t.index.Clear()
+		} else {
+			t.index.Delete(c)
+		}
+	}
+	return last
 }
 
 // IsSubscribed reports whether c subscribes to topic.
@@ -333,7 +371,7 @@ func (h *Hub) IsSubscribed(c *rally.Conn, topic string) bool {
 func (h *Hub) SubscriberCount(topic string) int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if t := h.topics[topic]; t != nil {
+	if t, _ := h.topics.Get(topic); t != nil {
 		return len(t.subs)
 	}
 	return 0
@@ -438,7 +476,7 @@ var scratch = sync.Pool{New: func() any { return new([]*rally.Conn) }}
 func (h *Hub) deliver(from *rally.Conn, topic string, typ rally.MessageType, payload []byte, toSelf bool) Result {
 	var r Result
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	if t == nil {
 		h.mu.RUnlock()
 		return r

@@ -17,7 +17,7 @@ func TestASubscribeWaitingForABusyTopicDoesNotHoldUpOtherTopics(t *testing.T) {
 	h := newHistHub(10)
 	h.add(new(rally.Conn), "busy")
 	h.mu.RLock()
-	busy := h.topics["busy"]
+	busy, _ := h.topics.Get("busy")
 	h.mu.RUnlock()
 	busy.mu.Lock() // a delivery to "busy" under way
 	added := make(chan struct{})

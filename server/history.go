@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 	"github.com/rallyws/rally/pubsub"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
@@ -124,7 +125,7 @@ type historyStore interface {
 // messages wait in its buffer), then live.
 type histHub struct {
 	mu     sync.RWMutex
-	topics map[string]*histTopic
+	topics shrinkmap.Map[string, *histTopic] // gives back the room of topics gone
 	// bufferLimit bounds the messages a buffering subscriber holds.
 	bufferLimit int
 	// budget is charged for the subscribers and their buffers.
@@ -134,7 +135,7 @@ type histHub struct {
 
 type histTopic struct {
 	mu   sync.Mutex
-	subs map[*rally.Conn]*histSub
+	subs shrinkmap.Map[*rally.Conn, *histSub] // gives back the room of a crowd that left
 	// gone is set, under mu, when the last subscriber left and the topic
 	// is being taken out of the hub: an add that found it makes another.
 	gone bool
@@ -157,7 +158,7 @@ type histMsg struct {
 }
 
 func newHistHub(bufferLimit int) *histHub {
-	return &histHub{topics: map[string]*histTopic{}, bufferLimit: bufferLimit}
+	return &histHub{bufferLimit: bufferLimit}
 }
 
 // histSubCost estimates what a subscriber of a history topic costs in
@@ -182,7 +183,7 @@ func (h *histHub) add(c *rally.Conn, topic string) *histSub {
 		t := h.topicFor(topic, gone)
 		t.mu.Lock()
 		if !t.gone {
-			t.subs[c] = s
+			t.subs.Set(c, s)
 			t.mu.Unlock()
 			return s
 		}
@@ -195,16 +196,16 @@ func (h *histHub) add(c *rally.Conn, topic string) *histSub {
 // has is gone (being taken out by remove, which then leaves the new one).
 func (h *histHub) topicFor(topic string, gone *histTopic) *histTopic {
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
 	if t != nil && t != gone {
 		return t
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t = h.topics[topic]; t == nil || t == gone {
-		t = &histTopic{subs: map[*rally.Conn]*histSub{}}
-		h.topics[topic] = t
+	if t, _ = h.topics.Get(topic); t == nil || t == gone {
+		t = &histTopic{}
+		h.topics.Set(topic, t)
 	}
 	return t
 }
@@ -213,26 +214,26 @@ func (h *histHub) topicFor(topic string, gone *histTopic) *histTopic {
 // subscribers is marked gone under its lock, then taken out of the hub.
 func (h *histHub) remove(c *rally.Conn, topic string) {
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
-	if s, ok := t.subs[c]; ok {
-		delete(t.subs, c)
+	if s, ok := t.subs.Get(c); ok {
+		t.subs.Delete(c)
 		h.drop(s)
 		h.budget.Release(rally.MemorySubscriptions, histSubCharge(topic))
 	}
-	empty := len(t.subs) == 0 && !t.gone
+	empty := t.subs.Len() == 0 && !t.gone
 	if empty {
 		t.gone = true
 	}
 	t.mu.Unlock()
 	if empty {
 		h.mu.Lock()
-		if h.topics[topic] == t {
-			delete(h.topics, topic)
+		if now, _ := h.topics.Get(topic); now == t {
+			h.topics.Delete(topic)
 		}
 		h.mu.Unlock()
 	}
@@ -246,14 +247,14 @@ func (h *histHub) drop(s *histSub) {
 
 func (h *histHub) count(topic string) int {
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
 	if t == nil {
 		return 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.subs)
+	return t.subs.Len()
 }
 
 // deliver hands the message at offset of topic, whose predecessor in
@@ -269,14 +270,14 @@ func (h *histHub) count(topic string) int {
 // runs: the sends join its cork (one write per batch of publishes).
 func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, env []byte) {
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
 	if t == nil {
 		return
 	}
 	var res pubsub.Result
 	t.mu.Lock()
-	for c, s := range t.subs {
+	for c, s := range t.subs.All() {
 		if s.buffering {
 			switch {
 			case len(s.buf) > 0 && offset <= s.buf[len(s.buf)-1].offset:
@@ -321,14 +322,14 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 // without a position: presence events.
 func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for c, s := range t.subs {
+	for c, s := range t.subs.All() {
 		if c != from && !s.buffering {
 			c.Send(rally.Text, b)
 		}
@@ -344,14 +345,14 @@ func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
 // closed with 4010 then).
 func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64, first []byte) bool {
 	h.mu.RLock()
-	t := h.topics[topic]
+	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
 	if t == nil {
 		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.subs[c]
+	s, _ := t.subs.Get(c)
 	if s != sub {
 		return false
 	}
