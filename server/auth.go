@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // Claims are what a /ws token grants: the topics it may subscribe to and
@@ -134,7 +136,7 @@ type rateLimiter struct {
 	loopback bool // limit loopback clients too
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets shrinkmap.Map[string, *bucket] // gives back the room of a crowd of addresses gone
 	swept   time.Time
 }
 
@@ -151,7 +153,7 @@ func newRateLimiter(rate float64, loopback bool) *rateLimiter {
 	if burst < 1 {
 		burst = 1
 	}
-	return &rateLimiter{rate: rate, burst: burst, loopback: loopback, buckets: map[string]*bucket{}}
+	return &rateLimiter{rate: rate, burst: burst, loopback: loopback}
 }
 
 // allow takes a token for addr's host, or reports false.
@@ -173,10 +175,10 @@ func (l *rateLimiter) allow(addr string, now time.Time) bool {
 	if now.Sub(l.swept) > time.Minute {
 		l.sweep(now)
 	}
-	b := l.buckets[host]
+	b, _ := l.buckets.Get(host)
 	if b == nil {
 		b = &bucket{tokens: l.burst, last: now}
-		l.buckets[host] = b
+		l.buckets.Set(host, b)
 	}
 	b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
 	b.last = now
@@ -190,9 +192,9 @@ func (l *rateLimiter) allow(addr string, now time.Time) bool {
 // sweep forgets the buckets that have refilled (their clients are idle).
 func (l *rateLimiter) sweep(now time.Time) {
 	full := time.Duration(l.burst / l.rate * float64(time.Second))
-	for h, b := range l.buckets {
+	for h, b := range l.buckets.All() {
 		if now.Sub(b.last) > full {
-			delete(l.buckets, h)
+			l.buckets.Delete(h)
 		}
 	}
 	l.swept = now

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 	"github.com/rallyws/rally/pubsub/natsbroker"
 )
 
@@ -72,8 +73,8 @@ type presence struct {
 	sendMu sync.Mutex
 
 	mu     sync.Mutex
-	local  map[string]map[string]member // topic → client → member
-	remote map[string]*remoteNode       // node → what it announced
+	local  *memberSets            // this node's
+	remote map[string]*remoteNode // node → what it announced
 	round  uint64
 	muted  bool // tests: a node that stopped announcing (as if dead)
 }
@@ -83,8 +84,8 @@ type presence struct {
 // the round's end).
 type remoteNode struct {
 	seen    time.Time
-	topics  map[string]map[string]member
-	pending map[string]map[string]member
+	topics  *memberSets
+	pending *memberSets
 	round   uint64 // of pending
 	parts   int    // state announcements of the round received
 }
@@ -112,7 +113,7 @@ func (s *Server) startPresence() error {
 	if len(s.cfg.Presence.Topics) == 0 {
 		return nil
 	}
-	p := &presence{s: s, ttl: s.cfg.Presence.TTL, local: map[string]map[string]member{}, remote: map[string]*remoteNode{}}
+	p := &presence{s: s, ttl: s.cfg.Presence.TTL, local: new(memberSets), remote: map[string]*remoteNode{}}
 	s.presence = p
 	switch b := s.cfg.Broker.(type) {
 	case nil:
@@ -189,7 +190,7 @@ func (p *presence) beat() {
 	p.round++
 	round := p.round
 	var states []announcement
-	for topic, ms := range p.local {
+	for topic, ms := range p.local.all() {
 		all := slices.Collect(maps.Values(ms))
 		for len(all) > 0 {
 			n := min(len(all), maxStateMembers)
@@ -233,7 +234,7 @@ func (p *presence) dropNodeLocked(name string) []event {
 	}
 	delete(p.remote, name)
 	var evs []event
-	for topic, ms := range n.topics {
+	for topic, ms := range n.topics.all() {
 		for _, m := range ms {
 			evs = append(evs, event{leave: true, topic: topic, m: m})
 		}
@@ -262,7 +263,7 @@ func (p *presence) receive(msg *nats.Msg) {
 	}
 	n := p.remote[a.Node]
 	if n == nil {
-		n = &remoteNode{topics: map[string]map[string]member{}}
+		n = &remoteNode{topics: new(memberSets)}
 		p.remote[a.Node] = n
 	}
 	n.seen = time.Now()
@@ -276,30 +277,29 @@ func (p *presence) receive(msg *nats.Msg) {
 		if validTopic(a.Topic) != nil {
 			break
 		}
-		if addMember(n.topics, a.Topic, a.member) {
+		if n.topics.add(a.Topic, a.member) {
 			evs = append(evs, event{topic: a.Topic, m: a.member})
 		}
 		if n.pending != nil {
-			addMember(n.pending, a.Topic, a.member)
+			n.pending.add(a.Topic, a.member)
 		}
 	case "leave":
-		if m, ok := n.topics[a.Topic][a.Client]; ok {
-			removeMember(n.topics, a.Topic, a.Client)
+		if m, ok := n.topics.remove(a.Topic, a.Client); ok {
 			evs = append(evs, event{leave: true, topic: a.Topic, m: m})
 		}
 		if n.pending != nil {
-			removeMember(n.pending, a.Topic, a.Client)
+			n.pending.remove(a.Topic, a.Client)
 		}
 	case "state":
 		if validTopic(a.Topic) != nil {
 			break
 		}
 		if n.pending == nil || n.round != a.Round {
-			n.pending, n.round, n.parts = map[string]map[string]member{}, a.Round, 0
+			n.pending, n.round, n.parts = new(memberSets), a.Round, 0
 		}
 		n.parts++
 		for _, m := range a.Members {
-			addMember(n.pending, a.Topic, m)
+			n.pending.add(a.Topic, m)
 		}
 	case "beat":
 		// The round's announcements are the node's membership now: what
@@ -307,23 +307,23 @@ func (p *presence) receive(msg *nats.Msg) {
 		// repaired).
 		now, got := n.pending, n.parts
 		if now == nil || n.round != a.Round {
-			now, got = map[string]map[string]member{}, 0
+			now, got = new(memberSets), 0
 		}
 		if got != a.Parts {
 			// Some of the round was lost: keep what we have until the next.
 			n.pending = nil
 			break
 		}
-		for topic, ms := range n.topics {
+		for topic, ms := range n.topics.all() {
 			for c, m := range ms {
-				if _, ok := now[topic][c]; !ok {
+				if _, ok := now.of(topic)[c]; !ok {
 					evs = append(evs, event{leave: true, topic: topic, m: m})
 				}
 			}
 		}
-		for topic, ms := range now {
+		for topic, ms := range now.all() {
 			for c, m := range ms {
-				if _, ok := n.topics[topic][c]; !ok {
+				if _, ok := n.topics.of(topic)[c]; !ok {
 					evs = append(evs, event{topic: topic, m: m})
 				}
 			}
@@ -334,12 +334,18 @@ func (p *presence) receive(msg *nats.Msg) {
 	p.emit(evs)
 }
 
-// addMember adds m to topic in ms and reports whether it is new there.
-func addMember(ms map[string]map[string]member, topic string, m member) bool {
-	t := ms[topic]
+// memberSets are members by topic and client. The map of topics gives
+// its room back as topics empty (shrinkmap).
+type memberSets struct {
+	topics shrinkmap.Map[string, map[string]member]
+}
+
+// add adds m to topic and reports whether it is new there.
+func (ms *memberSets) add(topic string, m member) bool {
+	t, _ := ms.topics.Get(topic)
 	if t == nil {
 		t = map[string]member{}
-		ms[topic] = t
+		ms.topics.Set(topic, t)
 	}
 	if _, ok := t[m.Client]; ok {
 		return false
@@ -348,12 +354,28 @@ func addMember(ms map[string]map[string]member, topic string, m member) bool {
 	return true
 }
 
-func removeMember(ms map[string]map[string]member, topic, client string) {
-	delete(ms[topic], client)
-	if len(ms[topic]) == 0 {
-		delete(ms, topic)
+// remove takes client out of topic and returns the member it was.
+func (ms *memberSets) remove(topic, client string) (member, bool) {
+	t, _ := ms.topics.Get(topic)
+	m, ok := t[client]
+	if !ok {
+		return member{}, false
 	}
+	delete(t, client)
+	if len(t) == 0 {
+		ms.topics.Delete(topic)
+	}
+	return m, true
 }
+
+// of returns topic's members by client (nil if it has none).
+func (ms *memberSets) of(topic string) map[string]member {
+	t, _ := ms.topics.Get(topic)
+	return t
+}
+
+// all returns every topic's members, to range over.
+func (ms *memberSets) all() map[string]map[string]member { return ms.topics.All() }
 
 // memberCost estimates what a member of this node costs in the maps
 // that keep it, on a 64-bit machine; its topic, client id and user are
@@ -383,7 +405,7 @@ func (p *presence) join(c *rally.Conn, topic, client, user string) {
 	m := member{client, user}
 	p.sendMu.Lock()
 	p.mu.Lock()
-	if !addMember(p.local, topic, m) {
+	if !p.local.add(topic, m) {
 		p.mu.Unlock()
 		p.sendMu.Unlock()
 		p.unreserve(topic, client, user)
@@ -398,10 +420,7 @@ func (p *presence) join(c *rally.Conn, topic, client, user string) {
 func (p *presence) leave(topic, client string) {
 	p.sendMu.Lock()
 	p.mu.Lock()
-	m, ok := p.local[topic][client]
-	if ok {
-		removeMember(p.local, topic, client)
-	}
+	m, ok := p.local.remove(topic, client)
 	p.mu.Unlock()
 	if ok {
 		p.unreserve(topic, m.Client, m.User)
@@ -417,11 +436,11 @@ func (p *presence) leave(topic, client string) {
 func (p *presence) members(topic string) []member {
 	p.mu.Lock()
 	var all []member
-	for _, m := range p.local[topic] {
+	for _, m := range p.local.of(topic) {
 		all = append(all, m)
 	}
 	for _, n := range p.remote {
-		for _, m := range n.topics[topic] {
+		for _, m := range n.topics.of(topic) {
 			all = append(all, m)
 		}
 	}

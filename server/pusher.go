@@ -115,7 +115,7 @@ func (s *Server) pusherOpen(c *rally.Conn) {
 			pc.refuse = pusherOverQuota
 		} else {
 			a.conns++
-			a.sockets[pc.socketID] = c
+			a.sockets.Set(pc.socketID, c)
 		}
 		a.mu.Unlock()
 	}
@@ -137,13 +137,8 @@ func (s *Server) pusherClose(c *rally.Conn, ce *rally.CloseError) {
 		}
 		a.mu.Lock()
 		a.conns--
-		delete(a.sockets, pc.socketID)
-		if pc.user != "" {
-			delete(a.users[pc.user], c)
-			if len(a.users[pc.user]) == 0 {
-				delete(a.users, pc.user)
-			}
-		}
+		a.sockets.Delete(pc.socketID)
+		a.signOut(c, pc.user)
 		a.mu.Unlock()
 		s.unwatch(c, ce)
 	}
@@ -310,8 +305,9 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 		}
 		info = cd.UserInfo
 		a.mu.Lock()
-		fresh := a.members[d.Channel][user] == nil
-		full := len(a.members[d.Channel]) >= a.MaxPresenceMembers && fresh
+		ms, _ := a.members.Get(d.Channel)
+		fresh := ms[user] == nil
+		full := len(ms) >= a.MaxPresenceMembers && fresh
 		a.mu.Unlock()
 		if full {
 			pusherSubscriptionError(c, d.Channel, "LimitReached", "presence channel full: "+strconv.Itoa(a.MaxPresenceMembers)+" members", 400)
@@ -348,15 +344,16 @@ func (s *Server) pusherSubscribe(c *rally.Conn, pc *pusherConn, raw json.RawMess
 	s.m.subscriptions.Inc()
 	cl := s.pusherCluster
 	a.mu.Lock()
-	a.channels[d.Channel]++
-	subs := a.channels[d.Channel]
+	subs, _ := a.channels.Get(d.Channel)
+	subs++
+	a.channels.Set(d.Channel, subs)
 	occupied := subs == 1 && cl.subs(a.ID, d.Channel) == 0
 	var added, fresh bool
 	if isPresence(d.Channel) {
-		ms := a.members[d.Channel]
+		ms, _ := a.members.Get(d.Channel)
 		if ms == nil {
 			ms = map[string]*pusherMember{}
-			a.members[d.Channel] = ms
+			a.members.Set(d.Channel, ms)
 		}
 		m := ms[user]
 		if m == nil {
@@ -438,7 +435,8 @@ func presenceData(ms map[string]json.RawMessage) []byte {
 func (s *Server) pusherMembers(a *pusherApp, ch string) map[string]json.RawMessage {
 	all := map[string]map[string]json.RawMessage{ch: {}}
 	a.mu.Lock()
-	for u, m := range a.members[ch] {
+	ms, _ := a.members.Get(ch)
+	for u, m := range ms {
 		all[ch][u] = orNull(m.info)
 	}
 	a.mu.Unlock()
@@ -450,8 +448,8 @@ func (s *Server) pusherMembers(a *pusherApp, ch string) map[string]json.RawMessa
 // channels, on every node.
 func (s *Server) pusherChannelCounts(a *pusherApp) map[string]int {
 	a.mu.Lock()
-	out := make(map[string]int, len(a.channels))
-	for ch, n := range a.channels {
+	out := make(map[string]int, a.channels.Len())
+	for ch, n := range a.channels.All() {
 		out[ch] = n
 	}
 	a.mu.Unlock()
@@ -470,25 +468,28 @@ func (s *Server) pusherLeave(c *rally.Conn, pc *pusherConn, channel string) {
 	s.m.subscriptions.Dec()
 	cl := s.pusherCluster
 	a.mu.Lock()
-	a.channels[channel]--
-	subs := a.channels[channel]
+	subs, _ := a.channels.Get(channel)
+	subs--
 	if subs <= 0 {
-		delete(a.channels, channel)
+		a.channels.Delete(channel)
+	} else {
+		a.channels.Set(channel, subs)
 	}
 	vacated := subs <= 0 && cl.subs(a.ID, channel) == 0
 	gone, removed := false, false
 	if isPresence(channel) {
-		if m := a.members[channel][user]; m != nil {
+		ms, _ := a.members.Get(channel)
+		if m := ms[user]; m != nil {
 			m.conns--
 			if m.conns == 0 {
-				delete(a.members[channel], user)
+				delete(ms, user)
 				a.mem().Release(rally.MemorySubscriptions, m.charge)
 				gone = true
 				removed = !cl.hasMember(a.ID, channel, user)
 			}
 		}
-		if len(a.members[channel]) == 0 {
-			delete(a.members, channel)
+		if len(ms) == 0 {
+			a.members.Delete(channel)
 		}
 	}
 	a.mu.Unlock()
@@ -565,24 +566,38 @@ func (s *Server) pusherSignin(c *rally.Conn, pc *pusherConn, raw json.RawMessage
 		json.Unmarshal(u.ID, &id)
 	}
 	a.mu.Lock()
-	if pc.user != "" {
-		delete(a.users[pc.user], c)
-	}
+	a.signOut(c, pc.user)
 	pc.user = id
-	if a.users[id] == nil {
-		a.users[id] = map[*rally.Conn]bool{}
+	conns, _ := a.users.Get(id)
+	if conns == nil {
+		conns = map[*rally.Conn]bool{}
+		a.users.Set(id, conns)
 	}
-	a.users[id][c] = true
+	conns[c] = true
 	a.mu.Unlock()
 	data, _ := json.Marshal(map[string]string{"user_data": d.UserData})
 	pusherSend(c, "pusher:signin_success", "", data)
 }
 
+// signOut forgets that c is signed in as user ("": it is not), and the
+// user once none of its connections here is. The caller holds a.mu.
+func (a *pusherApp) signOut(c *rally.Conn, user string) {
+	if user == "" {
+		return
+	}
+	conns, _ := a.users.Get(user)
+	delete(conns, c)
+	if len(conns) == 0 {
+		a.users.Delete(user)
+	}
+}
+
 // terminate closes the connections of a signed-in user on this node.
 func (a *pusherApp) terminate(user string) {
 	a.mu.Lock()
-	conns := make([]*rally.Conn, 0, len(a.users[user]))
-	for c := range a.users[user] {
+	signedIn, _ := a.users.Get(user)
+	conns := make([]*rally.Conn, 0, len(signedIn))
+	for c := range signedIn {
 		conns = append(conns, c)
 	}
 	a.mu.Unlock()

@@ -189,7 +189,7 @@ func (s *Server) trigger(a *pusherApp, e *pusherEvent, frames []pusherFrameOf) {
 	var except *rally.Conn
 	if e.SocketID != "" {
 		a.mu.Lock()
-		except = a.sockets[e.SocketID]
+		except, _ = a.sockets.Get(e.SocketID)
 		a.mu.Unlock()
 	}
 	// A socket_id of another node's connection: that node leaves it out

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/pusherwire"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // PusherApp is one application served over the Pusher Channels protocol
@@ -123,13 +124,15 @@ func (a *PusherApp) checkAuth(auth, msg string) bool {
 // pusherApp is an app's state on this node.
 type pusherApp struct {
 	PusherApp
-	mu       sync.Mutex
-	conns    int
-	sockets  map[string]*rally.Conn              // socket_id: connection
-	channels map[string]int                      // channel: local subscriptions
-	members  map[string]map[string]*pusherMember // presence channel: user_id: member
-	cache    map[string]cachedEvent              // cache channel: its last event
-	users    map[string]map[*rally.Conn]bool
+	mu    sync.Mutex
+	conns int
+	// The maps that grow with connections and channels give their room
+	// back as they empty (shrinkmap): a crowd that left keeps none.
+	sockets  shrinkmap.Map[string, *rally.Conn]              // socket_id: connection
+	channels shrinkmap.Map[string, int]                      // channel: local subscriptions
+	members  shrinkmap.Map[string, map[string]*pusherMember] // presence channel: user_id: member
+	cache    map[string]cachedEvent                          // cache channel: its last event
+	users    shrinkmap.Map[string, map[*rally.Conn]bool]     // signed-in user_id: its connections here
 	hooks    *webhooks
 	// budget is the server's memory budget (made after the apps), charged
 	// for the members of this node's connections (subscriptions) and the
@@ -150,11 +153,7 @@ func newPusherApp(a PusherApp, budget **rally.MemoryBudget) *pusherApp {
 	return &pusherApp{
 		PusherApp: a,
 		budget:    budget,
-		sockets:   map[string]*rally.Conn{},
-		channels:  map[string]int{},
-		members:   map[string]map[string]*pusherMember{},
 		cache:     map[string]cachedEvent{},
-		users:     map[string]map[*rally.Conn]bool{},
 	}
 }
 

@@ -132,11 +132,11 @@ func (pc *pusherCluster) tellState() {
 	apps := map[string]*pusherAppState{}
 	for id, a := range pc.s.pusherIDs {
 		a.mu.Lock()
-		st := &pusherAppState{Channels: make(map[string]int, len(a.channels)), Members: map[string]map[string]json.RawMessage{}}
-		for ch, n := range a.channels {
+		st := &pusherAppState{Channels: make(map[string]int, a.channels.Len()), Members: map[string]map[string]json.RawMessage{}}
+		for ch, n := range a.channels.All() {
 			st.Channels[ch] = n
 		}
-		for ch, ms := range a.members {
+		for ch, ms := range a.members.All() {
 			users := make(map[string]json.RawMessage, len(ms))
 			for u, m := range ms {
 				users[u] = orNull(m.info)
@@ -176,7 +176,8 @@ func (pc *pusherCluster) forget(n *pusherNode) {
 		for ch, users := range st.Members {
 			for u := range users {
 				a.mu.Lock()
-				here := a.members[ch][u] != nil
+				ms, _ := a.members.Get(ch)
+				here := ms[u] != nil
 				a.mu.Unlock()
 				if !here && !pc.hasMember(id, ch, u) {
 					md, _ := json.Marshal(map[string]string{"user_id": u})
@@ -216,7 +217,7 @@ func (pc *pusherCluster) receive(msg *nats.Msg) {
 			return
 		}
 		a.mu.Lock()
-		except := a.sockets[n.SocketID]
+		except, _ := a.sockets.Get(n.SocketID)
 		a.mu.Unlock()
 		res, _ := pc.s.hub.PublishLocal(except, a.topic(n.Channel), rally.Text, n.Frame)
 		pc.s.delivered(res, len(n.Frame))
