@@ -85,6 +85,24 @@ const loopReadsPerEvent = 4
 // connection past it yields (yieldInflating) and is resumed in the next turn.
 const loopInflatePerEvent = 1 << 20
 
+// loopTurnBytes bounds what one turn reads from its connections, shared
+// out between the connections it has events for (each may read at least
+// loopMinShare): clients that stream large messages as fast as they can
+// would otherwise read loopReadsPerEvent full buffers each (1 MiB), and a
+// thousand of them made a turn of a GiB copied, seconds long, before the
+// loop saw a fresh client's request. What a connection leaves in its
+// socket is reported again by the next wait (level-triggered), so it
+// reads on in the next turn.
+const loopTurnBytes = 16 << 20
+
+// testHookTurnRead, when a test sets it, is called at the end of each
+// turn with what the turn read and how many connections it had ready.
+var testHookTurnRead atomic.Pointer[func(read, ready int)]
+
+// loopMinShare is the least a connection may read per readiness event:
+// a 64 KiB message in one read.
+const loopMinShare = 64<<10 + 1<<10
+
 // loopSharePerEvent bounds how long one connection's callbacks run per
 // readiness event. loopReadsPerEvent bounds the bytes, not the work they
 // cause: a publish fanned out to a thousand subscribers costs a thousand
@@ -180,6 +198,9 @@ type loop struct {
 	closing []*loopTransport
 	again   []*loopTransport // yielded (yield): resumed in the next turn
 	began   time.Time        // when the delivery in progress began (loopSharePerEvent)
+	share   int              // what a connection may read per readiness event in this turn (loopTurnBytes)
+	left    int              // what the delivery in progress may still read
+	read    int              // what the turn read from its connections (testHookTurnRead)
 	spare2  []*loopTransport
 
 	writes    atomic.Uint64 // write system calls on its connections
@@ -562,6 +583,9 @@ func (l *loop) run(started chan<- struct{}) {
 		l.inTurn = true
 		again := l.again
 		l.again = l.spare2[:0]
+		l.share = max(loopTurnBytes/max(len(events)+len(again), 1), loopMinShare)
+		l.read = 0
+		ready := len(events) + len(again)
 		for _, e := range events {
 			l.event(e)
 		}
@@ -571,6 +595,9 @@ func (l *loop) run(started chan<- struct{}) {
 			l.runTasks()
 		}
 		l.inTurn = false
+		if h := testHookTurnRead.Load(); h != nil {
+			(*h)(l.read, ready)
+		}
 		l.flushDirty()
 		l.closePending()
 		l.turnStart.Store(0)
@@ -799,6 +826,7 @@ func (l *loop) deliver(t *loopTransport) {
 	t.reads = loopReadsPerEvent
 	t.inflated, t.again = 0, false
 	l.began = time.Now()
+	l.left = max(l.share, loopMinShare)
 	for c.rd.end == nil && !c.ended() {
 		typ, p, err := c.nextMessage(nil)
 		if err != nil {
@@ -1223,7 +1251,7 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 		bufpool.Put(t.held)
 		t.held = nil
 	}
-	if t.reads == 0 || t.fd < 0 {
+	if t.reads == 0 || t.fd < 0 || t.l.left <= 0 {
 		return nil, 0, errLoopDry
 	}
 	t.writeCopies()
@@ -1232,6 +1260,7 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 	if size > 0 {
 		buf = buf[:min(size, cap(buf))]
 	}
+	buf = buf[:min(len(buf), max(t.l.left, loopMinShare))]
 	t.l.reads.Add(1)
 	n, err := readFd(uintptr(t.fd), buf, loopRaw)
 	switch {
@@ -1246,6 +1275,8 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 	if n < len(buf) {
 		t.reads = 0 // most likely drained; epoll says if not
 	}
+	t.l.left -= n
+	t.l.read += n
 	return &t.l.buf, n, nil
 }
 
@@ -1257,6 +1288,11 @@ func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
 // before the next read, as a reading goroutine's batch does. A queue that
 // waits for the peer (backpressure) or that a cork holds is left alone.
 func (t *loopTransport) writeCopies() {
+	if t.mark != t.l.mark {
+		// The turn gathered nothing for it (only this loop's goroutine
+		// sets either mark): no lock to take, no queue to look at.
+		return
+	}
 	c := t.c
 	c.wr.mu.Lock()
 	if !c.wr.q.copiedAtLeast(loopWriteCopies) {

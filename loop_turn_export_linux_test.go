@@ -1,0 +1,14 @@
+package rally
+
+// OnLoopTurnRead has f called at the end of each event-loop turn with the
+// bytes the turn read from its connections and how many were ready in it,
+// until the test ends; TurnReadBound is the most a turn with that many
+// ready may read.
+func OnLoopTurnRead(t interface{ Cleanup(func()) }, f func(read, ready int)) {
+	testHookTurnRead.Store(&f)
+	t.Cleanup(func() { testHookTurnRead.Store(nil) })
+}
+
+// TurnReadBound is the most a turn with ready connections reads: the
+// turn's bytes, and one read past each connection's share at most.
+func TurnReadBound(ready int) int { return loopTurnBytes + 2*ready*loopMinShare }
