@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rallyws/rally/internal/bufpool"
@@ -171,6 +173,9 @@ type socketTransport struct {
 	rsize int // bytes the next read asks for; 0: all of a readBufferSize buffer
 	rn    int
 	rerr  error
+	// full: the last read filled its buffer, and more is most likely
+	// waiting (see read).
+	full bool
 
 	// flush's, owned by the flushing goroutine. inFlush and ffd are
 	// written under the connection's write lock: tryWritev called from
@@ -277,6 +282,19 @@ func (t *socketTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
 		bufpool.Put(buf)
 		return nil, 0, io.EOF
 	}
+	// A reading goroutine whose peer streams as fast as it can would
+	// read on without parking until the scheduler preempts it (10 ms):
+	// a thousand of them sending large messages kept a fresh client's
+	// goroutine waiting for seconds. Two full reads in a row let the
+	// others run first, as an event loop shares a turn (loopTurnBytes).
+	full := t.rn == t.rsize || t.rsize == 0 && t.rn == cap(*buf)
+	if full && t.full {
+		if h := testHookStreamYield.Load(); h != nil {
+			(*h)()
+		}
+		runtime.Gosched()
+	}
+	t.full = full
 	return buf, t.rn, nil
 }
 
@@ -295,11 +313,16 @@ func (t *socketTransport) doRead(fd uintptr) bool {
 	if err == errAgain {
 		bufpool.Put(t.rbuf)
 		t.rbuf = nil
+		t.full = false
 		return false
 	}
 	t.rn, t.rerr = n, err
 	return true
 }
+
+// testHookStreamYield, when a test sets it, is called each time a
+// reading goroutine lets others run after two full reads in a row.
+var testHookStreamYield atomic.Pointer[func()]
 
 // streamTransport is any net.Conn: TLS, a pipe.
 type streamTransport struct {
