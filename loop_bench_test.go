@@ -254,7 +254,7 @@ func benchmarkChat(b *testing.B, loop bool) {
 }
 
 // An event loop's connection is its Conn and its loopTransport (see
-// TestAConnFitsThe448ByteSizeClass).
+// TestAConnFitsThe416ByteSizeClass).
 func TestALoopTransportFitsThe112ByteSizeClass(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("the sizes are those of 64-bit platforms")

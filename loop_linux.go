@@ -811,7 +811,7 @@ func (l *loop) deliver(t *loopTransport) {
 			break
 		}
 	}
-	if m := &c.rd.msg; m.handed || (m.buf != nil && c.rd.end != nil) {
+	if c.rd.msgHanded || (c.rd.msg.buf != nil && c.rd.end != nil) {
 		c.releaseMessage()
 	}
 	t.writeCopies()
