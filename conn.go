@@ -142,11 +142,11 @@ type closeSide struct {
 // Conn.extras): an idle connection an event loop drives has none, so that
 // it costs less memory.
 type connExtras struct {
-	subprotocol string              // set by newConn, then never written
-	reader      *messageReader      // owned by whoever holds rd.sem
-	keepalive   *time.Timer         // the ping and idle timer (goroutine mode); guarded by wr.mu
-	onClose     []func(*CloseError) // guarded by wr.mu
-	control     controlBucket       // owned by the reader (see pong.go)
+	subprotocol string            // set by newConn, then never written
+	reader      *messageReader    // owned by whoever holds rd.sem
+	keepalive   *time.Timer       // the ping and idle timer (goroutine mode); guarded by wr.mu
+	onClose     func(*CloseError) // what OnClose registered, all in one (see OnClose); guarded by wr.mu
+	control     controlBucket     // owned by the reader (see pong.go)
 }
 
 // extras returns the connection's connExtras, making them if needed.
