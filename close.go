@@ -227,10 +227,10 @@ func (c *Conn) end(ce *CloseError) {
 	}
 	c.wr.q.fail(ErrClosed)
 	c.wakeLocked()
-	var fns []func(*CloseError)
+	var onClose func(*CloseError)
 	var keepalive *time.Timer
 	if x := c.x.Load(); x != nil {
-		fns, keepalive = x.onClose, x.keepalive
+		onClose, keepalive = x.onClose, x.keepalive
 		x.onClose = nil
 	}
 	if keepalive != nil {
@@ -247,8 +247,8 @@ func (c *Conn) end(ce *CloseError) {
 	c.closeTransport(ce.Code == frame.CloseAbnormal)
 	c.closeDone()
 	reclaimClosed()
-	for _, f := range fns {
-		c.runOnClose(f, ce)
+	if onClose != nil {
+		c.runOnClose(onClose, ce)
 	}
 }
 

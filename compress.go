@@ -220,7 +220,7 @@ func (c *Conn) nextPiece() (ev event, ok bool, err error) {
 	if p != nil {
 		z.size += int64(len(p))
 		z.piece = len(p)
-		if limit := c.rd.p.readLimit; limit > 0 && z.size > limit {
+		if limit := c.opts.readLimits().size; limit > 0 && z.size > limit {
 			return event{}, false, c.inflateFailed(violation(frame.CloseTooBig, "message larger than the read limit"))
 		}
 		if z.op == frame.OpText && z.utf8.Feed(p) >= 0 {

@@ -2,7 +2,6 @@ package rally
 
 import (
 	"log/slog"
-	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -52,6 +51,14 @@ type readSide struct {
 	linger bool // the read side ended with a close frame; TCP still to wind down
 	batch  bool // the read batch is corked
 	corks  bool // the reader corks each read batch (a Server's goroutine)
+
+	// msg's small fields, here so that they pack with the flags above.
+	msgTyp    frame.Opcode // Text or Binary
+	msgHanded bool         // msg.buf holds a whole message handed out by nextMessage
+	// msgCat is the MemoryCategory msg.charged is charged to:
+	// MemoryInflate for a compressed message (its inflated bytes), else
+	// MemoryAssembly.
+	msgCat uint8
 }
 
 // writeSide is the state of sending, guarded by mu. mu is held only for
@@ -60,11 +67,10 @@ type writeSide struct {
 	mu         sync.Mutex
 	q          sendQueue
 	hdr        [frame.MaxHeaderSize]byte
-	flushing   bool   // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
-	drainArmed bool   // a send was queued under backpressure
-	err        error  // once set, every send fails with it
-	taken      uint64 // bytes the transport took, ever: progress for the stall timer
-	lastPing   int64  // when the keepalive last pinged (unix ns)
+	flushing   bool  // a goroutine is writing the queue: nothing else writes to the transport (packed next to hdr)
+	drainArmed bool  // a send was queued under backpressure
+	err        error // once set, every send fails with it
+	lastPing   int64 // when the keepalive last pinged (unix ns)
 
 	more     *writeMore // made on first use: what an idle connection never needs
 	corks    *corkState // made by the first cork
@@ -81,9 +87,14 @@ type writeSide struct {
 // backpressure, streamed, or is closing) is likely to need it again, and
 // what it holds while unused (timers stopped, slices emptied) is small.
 type writeMore struct {
-	flushFn    func()         // c.flushLoop, made once
-	until      uint64         // the flusher's goal: frame until has left (0: the queue is empty)
-	stepErr    error          // the transport's error seen by flushStep
+	flushFn func() // c.flushLoop, made once
+	until   uint64 // the flusher's goal: frame until has left (0: the queue is empty)
+	stepErr error  // the transport's error seen by flushStep
+	// taken is the bytes the transport took since writeMore was made:
+	// progress for the stall timer, which makes writeMore before it
+	// first reads it (armStallLocked), so that bytes taken before do not
+	// matter.
+	taken      uint64
 	stallAt    uint64         // taken when the stall timer was last armed
 	stall      *time.Timer    // the write-stall timer (ConnOptions.WriteStallTimeout)
 	progress   chan struct{}  // closed when the queue moves, for the writers waiting for it
@@ -101,6 +112,14 @@ func (w *writeSide) moreLocked() *writeMore {
 		w.more = new(writeMore)
 	}
 	return w.more
+}
+
+// tookLocked records that the transport took n bytes, for the stall
+// timer (writeMore.taken).
+func (w *writeSide) tookLocked(n int) {
+	if w.more != nil {
+		w.more.taken += uint64(n)
+	}
 }
 
 // closeSeqLocked is the close frame's sequence number, or 0 if none was
@@ -123,11 +142,11 @@ type closeSide struct {
 // Conn.extras): an idle connection an event loop drives has none, so that
 // it costs less memory.
 type connExtras struct {
-	subprotocol string              // set by newConn, then never written
-	reader      *messageReader      // owned by whoever holds rd.sem
-	keepalive   *time.Timer         // the ping and idle timer (goroutine mode); guarded by wr.mu
-	onClose     []func(*CloseError) // guarded by wr.mu
-	control     controlBucket       // owned by the reader (see pong.go)
+	subprotocol string            // set by newConn, then never written
+	reader      *messageReader    // owned by whoever holds rd.sem
+	keepalive   *time.Timer       // the ping and idle timer (goroutine mode); guarded by wr.mu
+	onClose     func(*CloseError) // what OnClose registered, all in one (see OnClose); guarded by wr.mu
+	control     controlBucket     // owned by the reader (see pong.go)
 }
 
 // extras returns the connection's connExtras, making them if needed.
@@ -168,19 +187,7 @@ func newConn(nc net.Conn, buffered []byte, server bool, subprotocol string, o *C
 		c.wr.q.budget = b.id
 	}
 	reclaimOpened()
-	c.rd.p = parser{server: server, readLimit: c.opts.ReadLimit, maxFragments: int32(min(c.opts.MaxFragments, math.MaxInt32))}
-	switch {
-	case c.opts.ReadLimit == 0:
-		c.rd.p.readLimit = DefaultReadLimit
-	case c.opts.ReadLimit < 0:
-		c.rd.p.readLimit = 0
-	}
-	switch {
-	case c.opts.MaxFragments == 0:
-		c.rd.p.maxFragments = DefaultMaxFragments
-	case c.opts.MaxFragments < 0:
-		c.rd.p.maxFragments = 0
-	}
+	c.rd.p = parser{server: server}
 	c.startKeepalive()
 	return c
 }

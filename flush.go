@@ -40,7 +40,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		if n == total {
 			q.seq++
 			q.doneSeq = q.seq
-			c.wr.taken += uint64(n)
+			c.wr.tookLocked(n)
 			if f.done != nil {
 				q.addDone(f.done, nil)
 			}
@@ -53,7 +53,7 @@ func (c *Conn) enqueueLocked(f *outFrame, direct, inline bool) (uint64, error) {
 		} else {
 			seq = q.pushTakenShare(n, nil, f.payload[n-len(f.hdr):], f.shared, f.share, false, f.keep, f.done)
 		}
-		c.wr.taken += uint64(n)
+		c.wr.tookLocked(n)
 		q.setAhead(c.t.aheadOfKernel())
 		q.blocked = c.t.canTry()
 		if !inline {
@@ -257,7 +257,7 @@ func (c *Conn) advanceLocked(n int) {
 	}
 	c.wr.q.advance(n)
 	c.wr.q.setAhead(c.t.aheadOfKernel())
-	c.wr.taken += uint64(n)
+	c.wr.tookLocked(n)
 	c.noteWaitingLocked()
 	c.wakeLocked()
 }
@@ -361,7 +361,7 @@ func (c *Conn) armStallLocked() {
 		return
 	}
 	m := c.wr.moreLocked()
-	m.stallAt = c.wr.taken
+	m.stallAt = m.taken
 	if m.stall == nil {
 		m.stall = time.AfterFunc(d, c.checkStall)
 		return
@@ -377,8 +377,8 @@ func (c *Conn) checkStall() {
 		c.wr.mu.Unlock()
 		return
 	}
-	if m := c.wr.moreLocked(); c.wr.taken != m.stallAt {
-		m.stallAt = c.wr.taken
+	if m := c.wr.moreLocked(); m.taken != m.stallAt {
+		m.stallAt = m.taken
 		m.stall.Reset(c.opts.WriteStallTimeout)
 		c.wr.mu.Unlock()
 		return

@@ -185,7 +185,7 @@ type loop struct {
 	busy     atomic.Bool
 
 	gen   atomic.Uint32
-	local atomic.Pointer[netip.AddrPort] // see sharedLocal
+	local atomic.Pointer[loopAddrs] // see sharedLocal
 
 	// Owned by the loop goroutine.
 	g       uintptr
@@ -219,14 +219,14 @@ type loop struct {
 	acc loopAccept // request heads of Serve's connections (loop_accept_linux.go)
 }
 
-// sharedLocal returns a pointer to a, the same one for every connection
-// of the loop with the last local address seen (a server's connections
-// mostly share theirs).
-func (l *loop) sharedLocal(a netip.AddrPort) *netip.AddrPort {
-	if p := l.local.Load(); p != nil && *p == a {
+// sharedLocal returns the addresses of a TCP connection with local
+// address a, the same ones for every connection of the loop with the
+// last local address seen (a server's connections mostly share theirs).
+func (l *loop) sharedLocal(a netip.AddrPort) *loopAddrs {
+	if p := l.local.Load(); p != nil && p.tcp == a {
 		return p
 	}
-	p := &a
+	p := &loopAddrs{tcp: a}
 	l.local.Store(p)
 	return p
 }
@@ -758,7 +758,7 @@ func (l *loop) event(e netpoll.Event) {
 func (l *loop) resume(again []*loopTransport) {
 	for i, t := range again {
 		again[i] = nil
-		if t.again && t.yielded != l.mark {
+		if t.again && t.y.turn != l.mark {
 			l.readable(t)
 		}
 	}
@@ -782,7 +782,10 @@ func (t *loopTransport) yield() bool {
 	if t.inflated < loopInflatePerEvent && time.Since(t.l.began) < loopSharePerEvent {
 		return false
 	}
-	if t.held == nil {
+	if t.y == nil {
+		t.y = new(loopYield)
+	}
+	if t.y.held == nil {
 		c := t.c
 		var rest []byte
 		z := c.z
@@ -797,11 +800,30 @@ func (t *loopTransport) yield() bool {
 		}
 		c.rd.in = b[len(rest):]
 		*held = b
-		t.held = held
+		t.y.held = held
+	}
+	t.yielded()
+	return true
+}
+
+// yielded has the loop resume the connection in its next turn.
+func (t *loopTransport) yielded() {
+	if t.y == nil {
+		t.y = new(loopYield)
 	}
 	t.again = true
-	t.yielded = t.l.mark
+	t.y.turn = t.l.mark
 	t.l.again = append(t.l.again, t)
+}
+
+// dropHeld gives back the input the connection was left with when it
+// yielded, and reports whether it had any.
+func (t *loopTransport) dropHeld() bool {
+	if t.y == nil || t.y.held == nil {
+		return false
+	}
+	bufpool.Put(t.y.held)
+	t.y.held = nil
 	return true
 }
 
@@ -839,12 +861,12 @@ func (l *loop) deliver(t *loopTransport) {
 			break
 		}
 	}
-	if m := &c.rd.msg; m.handed || (m.buf != nil && c.rd.end != nil) {
+	if c.rd.msgHanded || (c.rd.msg.buf != nil && c.rd.end != nil) {
 		c.releaseMessage()
 	}
 	t.writeCopies()
 	c.rd.buf = nil
-	if t.held == nil {
+	if t.y == nil || t.y.held == nil {
 		c.rd.in = nil
 	}
 	if c.rd.end != nil && c.rd.linger {
@@ -1122,10 +1144,8 @@ func (l *loop) closePending() {
 		if c.rd.msg.buf != nil {
 			c.releaseMessage()
 		}
-		if t.held != nil {
+		if t.dropHeld() {
 			c.rd.in = nil
-			bufpool.Put(t.held)
-			t.held = nil
 		}
 		if s := l.srv; s.Close != nil {
 			c.callClose(s.Close, c.cl.final.Load())
@@ -1162,15 +1182,16 @@ func (l *loop) watchdog() {
 
 // loopTransport is a connection's socket owned by a loop: with its Conn,
 // all an idle connection holds, so it is kept small (the small fields
-// together, the local address shared, the remote one as its bytes).
+// together, the local address shared, the remote one as its bytes, what
+// only a connection that yielded needs made when it first does): 96
+// bytes, a size class (TestALoopTransportFitsThe96ByteSizeClass).
 type loopTransport struct {
 	c   *Conn
 	l   *loop
 	tag uint64 // generation << 32 | descriptor, as epoll reports it
 
 	// Set by toLoop, then read only.
-	local *netip.AddrPort // shared with the loop's other connections on the same address
-	addrs *[2]net.Addr    // other than TCP
+	addrs *loopAddrs // shared with the loop's other connections on the same TCP address
 
 	// Owned by the loop goroutine.
 	mark uint64 // the last of the loop's turns that gathered sends for it (gatherLocked, takeOutbox)
@@ -1201,9 +1222,24 @@ type loopTransport struct {
 
 	// Owned by the loop goroutine: the turn's share of inflating (see
 	// yieldInflating).
-	inflated int32   // bytes inflated in this readiness event (loopInflatePerEvent and one piece at most)
-	yielded  uint64  // the mark of the turn it yielded in
-	held     *[]byte // its input, moved out of the loop's buffer when it yielded
+	inflated int32      // bytes inflated in this readiness event (loopInflatePerEvent and one piece at most)
+	y        *loopYield // made when it first yields
+}
+
+// loopYield is what a connection that yielded its share of a turn (see
+// yield) keeps; owned by the loop goroutine.
+type loopYield struct {
+	turn uint64  // the mark of the turn it yielded in
+	held *[]byte // its input, moved out of the loop's buffer when it yielded
+}
+
+// loopAddrs are a loop connection's addresses, but for a TCP
+// connection's remote one (kept in its transport as its bytes): a TCP
+// local address, shared by the loop's connections on it, or both
+// addresses of a connection of another kind, its own.
+type loopAddrs struct {
+	tcp           netip.AddrPort
+	local, remote net.Addr // other than TCP
 }
 
 // tryWrite writes a then b at once, without blocking. The caller holds
@@ -1246,11 +1282,7 @@ func (t *loopTransport) aheadOfKernel() int { return 0 }
 // readSize) or loopReadSize; errLoopDry says there is nothing more for
 // now.
 func (t *loopTransport) read(_ *[]byte, size int) (*[]byte, int, error) {
-	if t.held != nil {
-		// What the connection was left with when it yielded is used up.
-		bufpool.Put(t.held)
-		t.held = nil
-	}
+	t.dropHeld() // what the connection was left with when it yielded is used up
 	if t.reads == 0 || t.fd < 0 || t.l.left <= 0 {
 		return nil, 0, errLoopDry
 	}
@@ -1346,24 +1378,24 @@ func (t *loopTransport) setAddrs(l *loop, local, remote net.Addr) {
 	lt, ok1 := local.(*net.TCPAddr)
 	rt, ok2 := remote.(*net.TCPAddr)
 	if ok1 && ok2 && lt.Zone == "" && rt.Zone == "" {
-		t.local = l.sharedLocal(lt.AddrPort())
+		t.addrs = l.sharedLocal(lt.AddrPort())
 		ra := rt.AddrPort()
 		t.remoteIP, t.remotePort, t.remote4 = ra.Addr().As16(), ra.Port(), ra.Addr().Is4()
 		return
 	}
-	t.addrs = &[2]net.Addr{local, remote}
+	t.addrs = &loopAddrs{local: local, remote: remote}
 }
 
 func (t *loopTransport) LocalAddr() net.Addr {
-	if t.addrs != nil {
-		return t.addrs[0]
+	if a := t.addrs; a.local != nil {
+		return a.local
 	}
-	return net.TCPAddrFromAddrPort(*t.local)
+	return net.TCPAddrFromAddrPort(t.addrs.tcp)
 }
 
 func (t *loopTransport) RemoteAddr() net.Addr {
-	if t.addrs != nil {
-		return t.addrs[1]
+	if a := t.addrs.remote; a != nil {
+		return a
 	}
 	a := netip.AddrFrom16(t.remoteIP)
 	if t.remote4 {

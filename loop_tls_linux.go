@@ -150,10 +150,7 @@ func (t *loopTLSTransport) aheadOfKernel() int { return t.tt.aheadOfKernel() }
 // errLoopDry says there is nothing more for now.
 func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 	lt := t.loopTransport
-	if lt.held != nil {
-		bufpool.Put(lt.held) // see loopTransport.read
-		lt.held = nil
-	}
+	lt.dropHeld() // see loopTransport.read
 	if lt.reads == 0 || lt.fd < 0 {
 		return nil, 0, errLoopDry
 	}
@@ -181,9 +178,7 @@ func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 			// crypto/tls may hold whole records the socket no longer
 			// has, which epoll will not report. The loop resumes the
 			// connection in its next turn.
-			lt.again = true
-			lt.yielded = lt.l.mark
-			lt.l.again = append(lt.l.again, lt)
+			lt.yielded()
 		}
 		return &lt.l.buf, n, nil
 	case errors.Is(err, errWouldBlock):

@@ -15,15 +15,11 @@ import (
 // callback (Reader streams chunks instead, see read.go).
 
 // message is a data message being gathered across reads (or, once whole,
-// handed out until the next event).
+// handed out until the next event). Its type, whether it was handed out
+// and its memory category are readSide's msgTyp, msgHanded and msgCat:
+// bytes there pack with the read side's flags, in every Conn.
 type message struct {
-	buf    *[]byte
-	typ    frame.Opcode // Text or Binary (a byte, so that it packs with handed)
-	handed bool         // buf holds a whole message handed out by nextMessage
-	// cat is the MemoryCategory charged is charged to: MemoryInflate for a
-	// compressed message (its inflated bytes), else MemoryAssembly (a
-	// byte, so that it packs with typ and handed).
-	cat     uint8
+	buf     *[]byte
 	charged int64 // bytes of buf's capacity charged to the memory budget
 
 	// filed is charged as the budget files it for shedding (see
@@ -41,7 +37,7 @@ type message struct {
 // on with it. The caller holds the read lock.
 func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 	m := &c.rd.msg
-	if m.handed {
+	if c.rd.msgHanded {
 		c.releaseMessage()
 	}
 	if m.buf != nil {
@@ -71,12 +67,12 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 			// Room for the rest of the frame, up to twice what arrived
 			// (what the first growth would take), so it is copied once.
 			n := len(ev.payload) + int(min(c.rd.p.remaining, int64(len(ev.payload))))
-			m.cat = uint8(c.gatherCategory())
+			c.rd.msgCat = uint8(c.gatherCategory())
 			if err := c.chargeMessage(0, n); err != nil {
 				return 0, nil, err
 			}
 			m.buf = bufpool.Get(n)
-			m.typ = ev.op
+			c.rd.msgTyp = ev.op
 			c.startPace()
 		}
 		if need := len(*m.buf) + len(ev.payload); need > cap(*m.buf) {
@@ -88,8 +84,8 @@ func (c *Conn) nextMessage(ctx context.Context) (MessageType, []byte, error) {
 		m.pace.arrived(len(ev.payload))
 		if ev.fin {
 			m.pace.stop()
-			m.handed = true
-			return MessageType(m.typ), *m.buf, nil
+			c.rd.msgHanded = true
+			return MessageType(c.rd.msgTyp), *m.buf, nil
 		}
 	}
 }
@@ -119,7 +115,7 @@ func (c *Conn) chargeMessage(old, n int) error {
 		return nil
 	}
 	d := int64(bufpool.Cap(n) - old)
-	if !b.charge(MemoryCategory(c.rd.msg.cat), d) {
+	if !b.charge(MemoryCategory(c.rd.msgCat), d) {
 		c.rd.msg.pace.stop()
 		return c.violated(violation(frame.CloseTryAgainLater, "server memory is exhausted"))
 	}
@@ -133,19 +129,14 @@ func (c *Conn) chargeMessage(old, n int) error {
 func (c *Conn) releaseMessage() {
 	m := &c.rd.msg
 	if b := c.opts.MemoryBudget; b != nil {
-		b.release(MemoryCategory(m.cat), m.charged)
+		b.release(MemoryCategory(c.rd.msgCat), m.charged)
 		b.trackMessage(c, m.filed.Swap(0), 0)
 		m.pace.stop()
 	}
 	m.charged = 0
-	m.release()
-}
-
-// release gives the gathering buffer back.
-func (m *message) release() {
 	bufpool.Put(m.buf)
 	m.buf = nil
-	m.handed = false
+	c.rd.msgHanded = false
 }
 
 // shedMessage fails the message being gathered with 1013: the memory

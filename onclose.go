@@ -13,6 +13,16 @@ func (c *Conn) OnClose(f func(*CloseError)) {
 		return
 	}
 	x := c.extras()
-	x.onClose = append(x.onClose, f)
+	if prev := x.onClose; prev != nil {
+		// A function more runs after those before it, each recovered
+		// on its own: connExtras keeps one function, not a slice, for
+		// the one most connections have (pubsub's).
+		x.onClose = func(ce *CloseError) {
+			c.runOnClose(prev, ce)
+			c.runOnClose(f, ce)
+		}
+	} else {
+		x.onClose = f
+	}
 	c.wr.mu.Unlock()
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -329,6 +330,25 @@ const (
 // (120 bytes per connection otherwise): sharedOptions hands out one
 // frozen copy, defaults applied, for every connection made with equal
 // options. A Server's connections all get the same pointer.
+
+// readLimits are ReadLimit and MaxFragments as the parser checks them:
+// defaults applied, no limit as 0.
+func (o *ConnOptions) readLimits() readLimits {
+	var lim readLimits
+	switch {
+	case o.ReadLimit == 0:
+		lim.size = DefaultReadLimit
+	case o.ReadLimit > 0:
+		lim.size = o.ReadLimit
+	}
+	switch {
+	case o.MaxFragments == 0:
+		lim.fragments = DefaultMaxFragments
+	case o.MaxFragments > 0:
+		lim.fragments = uint32(min(o.MaxFragments, math.MaxInt32))
+	}
+	return lim
+}
 
 // optionsKey is ConnOptions as a comparable value: a function is compared
 // by identity (the same function value, closure included), the way a

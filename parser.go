@@ -45,22 +45,29 @@ type parser struct {
 	msgZ       bool // the message is compressed
 	closed     bool // a close frame arrived: RFC 6455 5.5.1, nothing after it counts
 
-	hdr     [frame.MaxHeaderSize]byte // a header split across inputs
-	hdrN    uint8
-	ctlN    uint8 // bytes of ctl filled
-	maskPos uint8 // the mask key's position of the next payload byte (0-3)
-
-	maxFragments int32 // frames per message; <= 0 means no limit (packs with the fields above)
-	readLimit    int64 // largest message; <= 0 means no limit
+	hdr       [frame.MaxHeaderSize]byte // a header split across inputs
+	hdrN      uint8
+	ctlN      uint8  // bytes of ctl filled
+	maskPos   uint8  // the mask key's position of the next payload byte (0-3)
+	fragments uint32 // frames of the message so far (packs with the fields above; readLimits caps the limit at 1<<31-1, so a count past it never wraps first)
 
 	h         frame.Header
 	remaining int64 // payload bytes of the current frame still to come
 
-	msgLen    int64
-	fragments int
-	utf8      frame.UTF8
+	msgLen int64
+	utf8   frame.UTF8
 
 	ctl *[frame.MaxControlPayload]byte // a control payload split across inputs (made when first needed)
+}
+
+// readLimits are the limits the parser checks a message's frames
+// against. They are the connection's options' (ConnOptions.readLimits),
+// passed in rather than kept in the parser: every connection, an idle one
+// too, carries its parser, and connections with the same options share
+// them.
+type readLimits struct {
+	size      int64  // largest message; <= 0 means no limit
+	fragments uint32 // frames per message; 0 means no limit
 }
 
 func violation(code uint16, rule string) error {
@@ -70,13 +77,13 @@ func violation(code uint16, rule string) error {
 // next consumes bytes from b and returns the next event and how many bytes
 // it consumed. kind == evNone with n == len(b) means: all input used, give
 // me more. After an error the parser must not be used again.
-func (p *parser) next(b []byte) (ev event, n int, err error) {
+func (p *parser) next(b []byte, lim readLimits) (ev event, n int, err error) {
 	if p.closed {
 		return event{}, len(b), nil
 	}
 	for {
 		if !p.inFrame {
-			m, err := p.readHeader(b[n:])
+			m, err := p.readHeader(b[n:], lim)
 			n += m
 			if err != nil || !p.inFrame {
 				return event{}, n, err
@@ -134,7 +141,7 @@ func (p *parser) next(b []byte) (ev event, n int, err error) {
 }
 
 // readHeader collects and checks one frame header.
-func (p *parser) readHeader(b []byte) (int, error) {
+func (p *parser) readHeader(b []byte, lim readLimits) (int, error) {
 	var h frame.Header
 	var used int
 	if p.hdrN == 0 {
@@ -160,13 +167,13 @@ func (p *parser) readHeader(b []byte) (int, error) {
 		h, used = hh, m-int(p.hdrN)
 		p.hdrN = 0
 	}
-	if err := p.startFrame(h); err != nil {
+	if err := p.startFrame(h, lim); err != nil {
 		return used, err
 	}
 	return used, nil
 }
 
-func (p *parser) startFrame(h frame.Header) error {
+func (p *parser) startFrame(h frame.Header, lim readLimits) error {
 	if err := frame.CheckHeader(h, p.server, p.allowedRsv); err != nil {
 		return err
 	}
@@ -191,11 +198,11 @@ func (p *parser) startFrame(h frame.Header) error {
 			p.utf8.Reset()
 		}
 		p.fragments++
-		if p.maxFragments > 0 && p.fragments > int(p.maxFragments) {
+		if lim.fragments > 0 && p.fragments > lim.fragments {
 			return violation(frame.ClosePolicyViolation, "message split into too many fragments")
 		}
 		// RFC 6455 10.4: check the size on the header, before any payload is kept.
-		if p.readLimit > 0 && h.Length > p.readLimit-p.msgLen {
+		if lim.size > 0 && h.Length > lim.size-p.msgLen {
 			return violation(frame.CloseTooBig, "message larger than the read limit")
 		}
 		p.msgLen += h.Length

@@ -84,7 +84,7 @@ func (c *Conn) sendPong(payload []byte) {
 			c.failWriteLocked(err)
 			return
 		}
-		c.wr.taken += uint64(k)
+		c.wr.tookLocked(k)
 		if k == len(f) {
 			return
 		}

@@ -65,7 +65,7 @@ func (c *Conn) readMessage(ctx context.Context, dst []byte, own bool) (MessageTy
 	} else {
 		dst = append(dst, p...)
 	}
-	if c.rd.msg.handed {
+	if c.rd.msgHanded {
 		c.releaseMessage()
 	}
 	return typ, dst, nil
@@ -91,7 +91,7 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 	if err := c.skipReader(ctx); err != nil {
 		return 0, nil, err
 	}
-	if m := &c.rd.msg; m.buf != nil && !m.handed {
+	if m := &c.rd.msg; m.buf != nil && !c.rd.msgHanded {
 		// A message was half gathered by a Read whose context ended: hand
 		// out what arrived, then the rest.
 		r := c.reader()
@@ -99,9 +99,9 @@ func (c *Conn) Reader(ctx context.Context) (MessageType, io.Reader, error) {
 		r.held = m.buf
 		r.chunk = *m.buf
 		m.buf = nil
-		c.opts.MemoryBudget.release(MemoryCategory(m.cat), m.charged)
+		c.opts.MemoryBudget.release(MemoryCategory(c.rd.msgCat), m.charged)
 		m.charged = 0
-		return MessageType(m.typ), r, nil
+		return MessageType(c.rd.msgTyp), r, nil
 	}
 	ev, err := c.nextEvent(ctx)
 	if err != nil {
@@ -185,7 +185,7 @@ func (r *messageReader) finish() {
 
 // skipReader discards what a previous Reader left of its message.
 func (c *Conn) skipReader(ctx context.Context) error {
-	if m := &c.rd.msg; m.handed {
+	if c.rd.msgHanded {
 		c.releaseMessage()
 	}
 	var r *messageReader
@@ -323,7 +323,7 @@ func (c *Conn) nextEvent(ctx context.Context) (event, error) {
 			}
 			continue
 		}
-		ev, n, err := c.rd.p.next(c.rd.in)
+		ev, n, err := c.rd.p.next(c.rd.in, c.opts.readLimits())
 		c.rd.in = c.rd.in[n:]
 		if err != nil {
 			return event{}, c.violated(err)

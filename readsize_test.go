@@ -34,7 +34,7 @@ func TestReadsAskForWholeLargeFrames(t *testing.T) {
 	} {
 		p := parser{server: true}
 		for in := c.fed; len(in) > 0; {
-			_, n, err := p.next(in)
+			_, n, err := p.next(in, readLimits{})
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/rallyws/rally"
-	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // Slow subscribers: a /ws, /chat or Pusher (/app/KEY) connection whose
@@ -47,11 +45,12 @@ type slowWatch struct {
 	full    int           // queue bytes that count as at the limit
 	cut     func(c *rally.Conn, moved bool)
 
-	mu    sync.Mutex
-	conns shrinkmap.Map[*rally.Conn, struct{}]
+	// conns is the server's table of connections: the watched ones are
+	// those with roleWatched. Its lock guards the fields below too.
+	conns *connTable
 	// atLimit is the state of the connections whose queue was at the
 	// limit at the last turn, and only theirs: a connection whose queue
-	// is not (nearly all of them) costs the watch its entry in conns.
+	// is not (nearly all of them) costs the watch its role in conns.
 	atLimit map[*rally.Conn]*slowState
 	running bool // the watching goroutine exists
 }
@@ -63,9 +62,10 @@ type slowState struct {
 }
 
 // newSlowWatch returns a watch cutting connections whose queue holds full
-// bytes or more for timeout; timeout <= 0 or full <= 0 watches nothing.
-func newSlowWatch(timeout time.Duration, full int, cut func(c *rally.Conn, moved bool)) *slowWatch {
-	return &slowWatch{timeout: timeout, full: full, cut: cut}
+// bytes or more for timeout, which keeps them in conns; timeout <= 0 or
+// full <= 0 watches nothing.
+func newSlowWatch(conns *connTable, timeout time.Duration, full int, cut func(c *rally.Conn, moved bool)) *slowWatch {
+	return &slowWatch{timeout: timeout, full: full, cut: cut, conns: conns}
 }
 
 func (w *slowWatch) on() bool { return w.timeout > 0 && w.full > 0 }
@@ -75,13 +75,13 @@ func (w *slowWatch) add(c *rally.Conn) {
 	if !w.on() {
 		return
 	}
-	w.mu.Lock()
-	w.conns.Set(c, struct{}{})
+	w.conns.mu.Lock()
+	w.conns.addLocked(c, roleWatched)
 	if !w.running {
 		w.running = true
 		go w.run()
 	}
-	w.mu.Unlock()
+	w.conns.mu.Unlock()
 }
 
 // remove stops watching c.
@@ -89,10 +89,10 @@ func (w *slowWatch) remove(c *rally.Conn) {
 	if !w.on() {
 		return
 	}
-	w.mu.Lock()
-	w.conns.Delete(c)
+	w.conns.mu.Lock()
+	w.conns.removeLocked(c, roleWatched)
 	delete(w.atLimit, c)
-	w.mu.Unlock()
+	w.conns.mu.Unlock()
 }
 
 // run turns until no connection is left to watch.
@@ -102,15 +102,17 @@ func (w *slowWatch) run() {
 	var cut []*rally.Conn
 	var moved []bool
 	for now := range tick.C {
-		w.mu.Lock()
-		if w.conns.Len() == 0 {
+		w.conns.mu.Lock()
+		if w.conns.watched == 0 {
 			w.running = false
-			w.conns.Clear()
 			w.atLimit = nil // a map does not shrink
-			w.mu.Unlock()
+			w.conns.mu.Unlock()
 			return
 		}
-		for c := range w.conns.All() {
+		for c, r := range w.conns.m.All() {
+			if r&roleWatched == 0 {
+				continue
+			}
 			n := c.BufferedCost()
 			st := w.atLimit[c]
 			switch {
@@ -128,7 +130,7 @@ func (w *slowWatch) run() {
 			case now.Sub(st.since) >= w.timeout:
 				cut = append(cut, c)
 				moved = append(moved, n < st.last)
-				w.conns.Delete(c)
+				w.conns.removeLocked(c, roleWatched)
 				delete(w.atLimit, c)
 			}
 			st.last = n
@@ -136,7 +138,7 @@ func (w *slowWatch) run() {
 		if len(w.atLimit) == 0 {
 			w.atLimit = nil // a map does not shrink: the next crowd at the limit makes a new one
 		}
-		w.mu.Unlock()
+		w.conns.mu.Unlock()
 		for i, c := range cut {
 			w.cut(c, moved[i])
 		}
