@@ -282,12 +282,14 @@ func (t *socketTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
 		bufpool.Put(buf)
 		return nil, 0, io.EOF
 	}
-	// A reading goroutine whose peer streams as fast as it can would
-	// read on without parking until the scheduler preempts it (10 ms):
-	// a thousand of them sending large messages kept a fresh client's
-	// goroutine waiting for seconds. Two full reads in a row let the
-	// others run first, as an event loop shares a turn (loopTurnBytes).
-	full := t.rn == t.rsize || t.rsize == 0 && t.rn == cap(*buf)
+	// A reading goroutine whose peer streams large messages as fast as it
+	// can would read on without parking until the scheduler preempts it
+	// (10 ms): a thousand of them kept a fresh client's goroutine waiting
+	// for seconds. Two full reads of large frames in a row let the others
+	// run first, as an event loop shares a turn (loopTurnBytes). Reads of
+	// small messages (a readBufferSize buffer) never yield: a peer that
+	// pipelines them fills every read, and yielding cost chat a third.
+	full := t.rsize > readBufferSize && t.rn == t.rsize
 	if full && t.full {
 		if h := testHookStreamYield.Load(); h != nil {
 			(*h)()
