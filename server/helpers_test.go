@@ -79,7 +79,7 @@ type client struct {
 }
 
 func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Second))
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // A /ws subscriber that never reads, beside one that does, on one topic
@@ -136,7 +137,7 @@ func floodTopic(t *testing.T, h2 bool, bufferLimit int) (s *testServer, slow, fa
 // endOf reads c until it ends and returns the close code it ended with,
 // or the error if it did not end with a close.
 func endOf(c *rally.Conn) (uint16, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(30*time.Second))
 	defer cancel()
 	for {
 		_, _, err := c.Read(ctx)
