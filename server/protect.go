@@ -109,7 +109,7 @@ type guard struct {
 	shedLog      *everyLog
 	opsAddr      atomic.Value // string
 	opsLn        *opsListener
-	open         connTable    // the WebSocket connections, for shedding and the slow watch
+	open         openConns
 	httpConns    atomic.Int64 // TCP connections net/http serves, not yet WebSockets
 	shedConns    prometheus.Counter
 	acceptErrors *prometheus.CounterVec

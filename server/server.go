@@ -377,7 +377,7 @@ func New(cfg Config) (*Server, error) {
 		OnHandshakeError: s.handshakeError,
 	}
 	s.ws = &rally.Server{Options: wsOpts, Open: s.wsOpen, Message: s.wsMessage, Close: s.wsClose}
-	s.slow = newSlowWatch(&s.open, cfg.SlowSubscriberTimeout, slowFullBytes(cfg.BufferLimit), s.cutSlow)
+	s.slow = newSlowWatch(cfg.SlowSubscriberTimeout, slowFullBytes(cfg.BufferLimit), s.cutSlow)
 
 	// /chat is one room: what a client sends, every client gets. Its
 	// messages, pages and tokens are checked as /ws's are.

@@ -2,10 +2,12 @@ package server
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // Until connections charge their send queues to the memory budget (and
@@ -22,15 +24,20 @@ const minShedQueue = 64 << 10
 // maxShedPerTick bounds the connections closed in one quarter second.
 const maxShedPerTick = 256
 
-// trackConns makes the WebSocket endpoints keep their open connections
-// in the server's connTable (roleOpen), and registers the counter of
-// connections shed.
+// openConns is the set of open WebSocket connections of a server.
+type openConns struct {
+	mu sync.Mutex
+	m  shrinkmap.Map[*rally.Conn, struct{}] // gives back the room of a crowd that left
+}
+
+// trackConns makes the WebSocket endpoints keep openConns, and registers
+// the counter of connections shed.
 func (s *Server) trackConns() {
 	for _, ws := range []*rally.Server{s.echo, s.ws, s.chat} {
 		open, closed := ws.Open, ws.Close
 		ws.Open = func(c *rally.Conn) {
 			s.open.mu.Lock()
-			s.open.addLocked(c, roleOpen)
+			s.open.m.Set(c, struct{}{})
 			s.open.mu.Unlock()
 			if open != nil {
 				open(c)
@@ -38,7 +45,7 @@ func (s *Server) trackConns() {
 		}
 		ws.Close = func(c *rally.Conn, ce *rally.CloseError) {
 			s.open.mu.Lock()
-			s.open.removeLocked(c, roleOpen)
+			s.open.m.Delete(c)
 			s.open.mu.Unlock()
 			if closed != nil {
 				closed(c, ce)
@@ -77,10 +84,7 @@ func (s *Server) shedSlowest() int {
 	}
 	var big []queued
 	s.open.mu.Lock()
-	for c, r := range s.open.m.All() {
-		if r&roleOpen == 0 {
-			continue
-		}
+	for c := range s.open.m.All() {
 		if n := c.BufferedCost(); n >= minShedQueue {
 			big = append(big, queued{c, n})
 		}

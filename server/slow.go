@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // Slow subscribers: a /ws, /chat or Pusher (/app/KEY) connection whose
@@ -45,12 +47,11 @@ type slowWatch struct {
 	full    int           // queue bytes that count as at the limit
 	cut     func(c *rally.Conn, moved bool)
 
-	// conns is the server's table of connections: the watched ones are
-	// those with roleWatched. Its lock guards the fields below too.
-	conns *connTable
+	mu    sync.Mutex
+	conns shrinkmap.Map[*rally.Conn, struct{}]
 	// atLimit is the state of the connections whose queue was at the
 	// limit at the last turn, and only theirs: a connection whose queue
-	// is not (nearly all of them) costs the watch its role in conns.
+	// is not (nearly all of them) costs the watch its entry in conns.
 	atLimit map[*rally.Conn]*slowState
 	running bool // the watching goroutine exists
 }
@@ -62,10 +63,9 @@ type slowState struct {
 }
 
 // newSlowWatch returns a watch cutting connections whose queue holds full
-// bytes or more for timeout, which keeps them in conns; timeout <= 0 or
-// full <= 0 watches nothing.
-func newSlowWatch(conns *connTable, timeout time.Duration, full int, cut func(c *rally.Conn, moved bool)) *slowWatch {
-	return &slowWatch{timeout: timeout, full: full, cut: cut, conns: conns}
+// bytes or more for timeout; timeout <= 0 or full <= 0 watches nothing.
+func newSlowWatch(timeout time.Duration, full int, cut func(c *rally.Conn, moved bool)) *slowWatch {
+	return &slowWatch{timeout: timeout, full: full, cut: cut}
 }
 
 func (w *slowWatch) on() bool { return w.timeout > 0 && w.full > 0 }
@@ -75,13 +75,13 @@ func (w *slowWatch) add(c *rally.Conn) {
 	if !w.on() {
 		return
 	}
-	w.conns.mu.Lock()
-	w.conns.addLocked(c, roleWatched)
+	w.mu.Lock()
+	w.conns.Set(c, struct{}{})
 	if !w.running {
 		w.running = true
 		go w.run()
 	}
-	w.conns.mu.Unlock()
+	w.mu.Unlock()
 }
 
 // remove stops watching c.
@@ -89,10 +89,10 @@ func (w *slowWatch) remove(c *rally.Conn) {
 	if !w.on() {
 		return
 	}
-	w.conns.mu.Lock()
-	w.conns.removeLocked(c, roleWatched)
+	w.mu.Lock()
+	w.conns.Delete(c)
 	delete(w.atLimit, c)
-	w.conns.mu.Unlock()
+	w.mu.Unlock()
 }
 
 // run turns until no connection is left to watch.
@@ -102,17 +102,15 @@ func (w *slowWatch) run() {
 	var cut []*rally.Conn
 	var moved []bool
 	for now := range tick.C {
-		w.conns.mu.Lock()
-		if w.conns.watched == 0 {
+		w.mu.Lock()
+		if w.conns.Len() == 0 {
 			w.running = false
+			w.conns.Clear()
 			w.atLimit = nil // a map does not shrink
-			w.conns.mu.Unlock()
+			w.mu.Unlock()
 			return
 		}
-		for c, r := range w.conns.m.All() {
-			if r&roleWatched == 0 {
-				continue
-			}
+		for c := range w.conns.All() {
 			n := c.BufferedCost()
 			st := w.atLimit[c]
 			switch {
@@ -130,7 +128,7 @@ func (w *slowWatch) run() {
 			case now.Sub(st.since) >= w.timeout:
 				cut = append(cut, c)
 				moved = append(moved, n < st.last)
-				w.conns.removeLocked(c, roleWatched)
+				w.conns.Delete(c)
 				delete(w.atLimit, c)
 			}
 			st.last = n
@@ -138,7 +136,7 @@ func (w *slowWatch) run() {
 		if len(w.atLimit) == 0 {
 			w.atLimit = nil // a map does not shrink: the next crowd at the limit makes a new one
 		}
-		w.conns.mu.Unlock()
+		w.mu.Unlock()
 		for i, c := range cut {
 			w.cut(c, moved[i])
 		}
