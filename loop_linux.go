@@ -583,9 +583,9 @@ func (l *loop) run(started chan<- struct{}) {
 		l.inTurn = true
 		again := l.again
 		l.again = l.spare2[:0]
-		l.share = max(loopTurnBytes/max(len(events)+len(again), 1), loopMinShare)
-		l.read = 0
 		ready := len(events) + len(again)
+		l.share = max(loopTurnBytes/max(ready, 1), loopMinShare)
+		l.read = 0
 		for _, e := range events {
 			l.event(e)
 		}

@@ -151,13 +151,13 @@ func (t *loopTLSTransport) aheadOfKernel() int { return t.tt.aheadOfKernel() }
 func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 	lt := t.loopTransport
 	lt.dropHeld() // see loopTransport.read
-	if lt.reads == 0 || lt.fd < 0 {
+	if lt.reads == 0 || lt.fd < 0 || lt.l.left <= 0 {
 		return nil, 0, errLoopDry
 	}
 	lt.writeCopies()
 	lt.reads--
 	t.tt.s.fd = uintptr(lt.fd)
-	buf := lt.l.buf
+	buf := lt.l.buf[:min(len(lt.l.buf), max(lt.l.left, loopMinShare))] // the turn's share, as loopTransport.read
 	n := 0
 	var err error
 	for n < len(buf) {
@@ -173,7 +173,9 @@ func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 	case n > 0:
 		// An error after the bytes is latched by crypto/tls (or is "would
 		// block"): the next read returns it.
-		if n == len(buf) && lt.reads == 0 {
+		lt.l.left -= n
+		lt.l.read += n
+		if n == len(buf) && (lt.reads == 0 || lt.l.left <= 0) {
 			// The event's share is used up with the buffer full:
 			// crypto/tls may hold whole records the socket no longer
 			// has, which epoll will not report. The loop resumes the
