@@ -51,6 +51,7 @@ type readSide struct {
 	linger bool // the read side ended with a close frame; TCP still to wind down
 	batch  bool // the read batch is corked
 	corks  bool // the reader corks each read batch (a Server's goroutine)
+	met    bool // an event loop delivered to it (its first delivery reads less: loopFirstShare)
 
 	// msg's small fields, here so that they pack with the flags above.
 	msgTyp    frame.Opcode // Text or Binary

@@ -157,7 +157,7 @@ func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 	lt.writeCopies()
 	lt.reads--
 	t.tt.s.fd = uintptr(lt.fd)
-	buf := lt.l.buf[:min(len(lt.l.buf), max(lt.l.left, loopMinShare))] // the turn's share, as loopTransport.read
+	buf := lt.l.buf[:min(len(lt.l.buf), max(lt.l.left, lt.l.floor))] // the turn's share, as loopTransport.read
 	n := 0
 	var err error
 	for n < len(buf) {
@@ -175,6 +175,9 @@ func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 		// block"): the next read returns it.
 		lt.l.left -= n
 		lt.l.read += n
+		if n < len(buf) {
+			lt.l.drained = true // the loop above ended with "would block"
+		}
 		if n == len(buf) && (lt.reads == 0 || lt.l.left <= 0) {
 			// The event's share is used up with the buffer full:
 			// crypto/tls may hold whole records the socket no longer
@@ -185,6 +188,7 @@ func (t *loopTLSTransport) read(*[]byte, int) (*[]byte, int, error) {
 		return &lt.l.buf, n, nil
 	case errors.Is(err, errWouldBlock):
 		lt.reads = 0
+		lt.l.drained = true
 		return nil, 0, errLoopDry
 	}
 	return nil, 0, err

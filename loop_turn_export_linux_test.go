@@ -20,3 +20,12 @@ func OnStreamYield(t interface{ Cleanup(func()) }, f func()) {
 	testHookStreamYield.Store(&f)
 	t.Cleanup(func() { testHookStreamYield.Store(nil) })
 }
+
+// OnLoopDeliver has f called as an event loop begins a delivery to c
+// (reading and running its callbacks), saying whether c was streaming
+// (its last delivery left input behind) and in which turn, until the test
+// ends.
+func OnLoopDeliver(t interface{ Cleanup(func()) }, f func(c *Conn, streaming bool, turn uint64)) {
+	testHookDeliver.Store(&f)
+	t.Cleanup(func() { testHookDeliver.Store(nil) })
+}
