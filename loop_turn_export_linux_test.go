@@ -13,14 +13,6 @@ func OnLoopTurnRead(t interface{ Cleanup(func()) }, f func(read, ready int)) {
 // turn's bytes, and one read past each connection's share at most.
 func TurnReadBound(ready int) int { return loopTurnBytes + 2*ready*loopMinShare }
 
-// OnStreamYield has f called each time a reading goroutine (goroutine
-// mode) lets the others run after two full reads in a row, until the
-// test ends.
-func OnStreamYield(t interface{ Cleanup(func()) }, f func()) {
-	testHookStreamYield.Store(&f)
-	t.Cleanup(func() { testHookStreamYield.Store(nil) })
-}
-
 // OnLoopDeliver has f called as an event loop begins a delivery to c
 // (reading and running its callbacks), saying whether c was streaming
 // (its last delivery left input behind) and in which turn, until the test

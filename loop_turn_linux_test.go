@@ -2,7 +2,6 @@ package rally_test
 
 import (
 	"bytes"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,38 +66,6 @@ func TestAnEventLoopTurnReadsABoundedAmountWhateverItsConnectionsSend(t *testing
 		t.Errorf("%d turns read more than their bound; the most, %d bytes with %d connections ready (bound %d)", over, most, mostReady, rally.TurnReadBound(mostReady))
 	}
 	t.Logf("the most a turn read: %d bytes, with %d connections ready", most, mostReady)
-}
-
-// A connection's reading goroutine (goroutine mode) whose peer streams a
-// large message lets the others run between its reads once two in a row
-// filled their buffers, instead of reading on until the scheduler
-// preempts it: the goroutine-mode side of the event loop's bound on a
-// turn. (Before, a thousand clients sending messages of 1 MiB kept a
-// fresh client's echo waiting 1.2 s.)
-func TestAReadingGoroutineLetsOthersRunWhileItsPeerStreams(t *testing.T) {
-	const size = 8 << 20
-	var yields atomic.Int64
-	rally.OnStreamYield(t, func() { yields.Add(1) })
-	done := make(chan struct{})
-	s := &rally.Server{
-		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: size}},
-		Message: func(c *rally.Conn, _ rally.MessageType, p []byte) {
-			if len(p) != size {
-				t.Errorf("a message of %d bytes, want %d", len(p), size)
-			}
-			close(done)
-		},
-	}
-	if os.Getenv("RALLY_TEST_EVENT_LOOP") == "1" {
-		t.Skip("every Server runs on event loops here (RALLY_TEST_EVENT_LOOP), which share their turns instead")
-	}
-	addr := serve(t, s)
-	p := dialPeer(t, addr)
-	go p.WriteRaw(rawpeer.Build(rawpeer.Frame{Fin: true, Opcode: rawpeer.OpBinary, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Payload: make([]byte, size)}))
-	waitOrFail(t, done, "the streamed message")
-	if yields.Load() == 0 {
-		t.Error("the reading goroutine read a message of 8 MiB streamed at once without letting the others run")
-	}
 }
 
 // An event loop delivers to a fresh client before the turn's streaming

@@ -220,6 +220,7 @@ type tlsTransport struct {
 	rn    int
 	rerr  error
 	readF func(fd uintptr) bool
+	yield readYield
 }
 
 // tlsMark: once the kernel has taken cipherEnd bytes, plain more bytes of
@@ -406,7 +407,7 @@ func (t *tlsTransport) flushBacklog() {
 	}
 }
 
-func (t *tlsTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
+func (t *tlsTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
 	t.rbuf = buf
 	t.rn, t.rerr = 0, nil
 	err := t.s.rc.Read(t.readF)
@@ -419,6 +420,7 @@ func (t *tlsTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
 		bufpool.Put(buf)
 		return nil, 0, err
 	}
+	t.yield.after(size, t.rn, t.rn == cap(*buf))
 	return buf, t.rn, nil
 }
 
@@ -433,6 +435,7 @@ func (t *tlsTransport) doRead(fd uintptr) bool {
 	if n == 0 && errors.Is(err, errWouldBlock) {
 		bufpool.Put(t.rbuf)
 		t.rbuf = nil
+		t.yield.waited()
 		return false
 	}
 	if n > 0 {

@@ -90,11 +90,15 @@ type transport interface {
 	// read waits for bytes and returns them in buf, a buffer it borrowed
 	// (or reused) for the caller; the caller gives it back with
 	// bufpool.Put when it has used every byte. size is what the parser
-	// would like to read at once (0: no wish; see readsize.go), a hint a
-	// transport with a buffer of its own ignores. An idle connection's
-	// socket transport holds no buffer while it waits. A transport whose
-	// owner drives the reads (an event loop) returns errLoopDry when what
-	// arrived is used up, instead of waiting.
+	// would like to read at once (0: no wish; see readsize.go): a socket
+	// reads that much; a TLS or stream transport, which reads 16 KiB at
+	// most (a TLS record), learns from it only that large frames arrive
+	// (see readYield); an event loop's reads into its own buffer. An idle
+	// connection's socket transport holds no buffer while it waits. A
+	// transport whose owner drives the reads (an event loop) returns
+	// errLoopDry when what arrived is used up, instead of waiting. A
+	// reading goroutine's read may let the other goroutines run first
+	// (readYield).
 	read(buf *[]byte, size int) (*[]byte, int, error)
 
 	// yieldInflating is asked by the reader before each piece it inflates
@@ -173,9 +177,7 @@ type socketTransport struct {
 	rsize int // bytes the next read asks for; 0: all of a readBufferSize buffer
 	rn    int
 	rerr  error
-	// full: the last read filled its buffer, and more is most likely
-	// waiting (see read).
-	full bool
+	yield readYield
 
 	// flush's, owned by the flushing goroutine. inFlush and ffd are
 	// written under the connection's write lock: tryWritev called from
@@ -282,21 +284,7 @@ func (t *socketTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
 		bufpool.Put(buf)
 		return nil, 0, io.EOF
 	}
-	// A reading goroutine whose peer streams large messages as fast as it
-	// can would read on without parking until the scheduler preempts it
-	// (10 ms): a thousand of them kept a fresh client's goroutine waiting
-	// for seconds. Two full reads of large frames in a row let the others
-	// run first, as an event loop shares a turn (loopTurnBytes). Reads of
-	// small messages (a readBufferSize buffer) never yield: a peer that
-	// pipelines them fills every read, and yielding cost chat a third.
-	full := t.rsize > readBufferSize && t.rn == t.rsize
-	if full && t.full {
-		if h := testHookStreamYield.Load(); h != nil {
-			(*h)()
-		}
-		runtime.Gosched()
-	}
-	t.full = full
+	t.yield.after(t.rsize, t.rn, t.rn == t.rsize)
 	return buf, t.rn, nil
 }
 
@@ -315,21 +303,65 @@ func (t *socketTransport) doRead(fd uintptr) bool {
 	if err == errAgain {
 		bufpool.Put(t.rbuf)
 		t.rbuf = nil
-		t.full = false
+		t.yield.waited()
 		return false
 	}
 	t.rn, t.rerr = n, err
 	return true
 }
 
+// readYield is when a reading goroutine (goroutine mode, whatever its
+// transport) lets the others run. One whose peer streams large messages
+// as fast as it can would read on without parking until the scheduler
+// preempts it (10 ms): a thousand of them kept a fresh client's goroutine
+// waiting for seconds. So a read that fills its buffer with large frames
+// (the parser asked for more than readBufferSize, readsize.go) and follows
+// another such read lets the others run first once the reads of that run
+// have brought readAhead bytes since the goroutine last did, as an event
+// loop shares out a turn (loopTurnBytes). A socket's reads of large frames
+// take readAhead at once, so from the second on it yields before each; a
+// stream's (TLS, HTTP/2) take 16 KiB at most, so it yields every sixteen,
+// not at each: readers that took turns every 64 KiB grew every message at
+// once, and the memory budget shed nearly all of them. Reads of small
+// messages never yield: a peer that pipelines them fills every read, and
+// yielding cost chat a third. Nor does a read that had to wait: the peer
+// is not ahead.
+type readYield struct {
+	n    int32 // bytes the full reads of large frames in a row brought since the last yield
+	full bool  // the last read was one
+}
+
+// after is told of each read: the size the parser asked for, the bytes
+// read, and whether they filled the buffer. It lets the others run
+// (runtime.Gosched) when the rule says so.
+func (y *readYield) after(size, n int, filled bool) {
+	if size <= readBufferSize || !filled {
+		*y = readYield{}
+		return
+	}
+	y.n += int32(n)
+	if y.full && y.n >= readAhead {
+		if h := testHookStreamYield.Load(); h != nil {
+			(*h)()
+		}
+		runtime.Gosched()
+		y.n = 0
+	}
+	y.full = true
+}
+
+// waited is told that a read found no bytes and waits for them.
+func (y *readYield) waited() { *y = readYield{} }
+
 // testHookStreamYield, when a test sets it, is called each time a
-// reading goroutine lets others run after two full reads in a row.
+// reading goroutine lets others run (readYield).
 var testHookStreamYield atomic.Pointer[func()]
 
 // streamTransport is any net.Conn: TLS, a pipe.
 type streamTransport struct {
-	nc   net.Conn
-	busy bool // the last read filled a large buffer: data keeps coming
+	nc    net.Conn
+	yield readYield
+	busy  bool // the last read filled a large buffer: data keeps coming
 }
 
 // Read buffer sizes for a stream. A quiet connection waits with a small
@@ -375,17 +407,17 @@ func (t *streamTransport) aheadOfKernel() int { return 0 }
 // yieldInflating is false: a goroutine reads the connection.
 func (t *streamTransport) yieldInflating(int) bool { return false }
 
-func (t *streamTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
-	size := smallReadBufferSize
+func (t *streamTransport) read(buf *[]byte, size int) (*[]byte, int, error) {
+	bufSize := smallReadBufferSize
 	if t.busy {
-		size = streamReadBufferSize
+		bufSize = streamReadBufferSize
 	}
-	if buf != nil && cap(*buf) != size {
+	if buf != nil && cap(*buf) != bufSize {
 		bufpool.Put(buf)
 		buf = nil
 	}
 	if buf == nil {
-		buf = bufpool.Get(size)
+		buf = bufpool.Get(bufSize)
 	}
 	for {
 		n, err := t.nc.Read((*buf)[:cap(*buf)])
@@ -395,6 +427,7 @@ func (t *streamTransport) read(buf *[]byte, _ int) (*[]byte, int, error) {
 			} else if n < smallReadBufferSize {
 				t.busy = false
 			}
+			t.yield.after(size, n, n == cap(*buf))
 			return buf, n, nil
 		}
 		if err != nil {
