@@ -68,24 +68,39 @@ func testSlowSubscriberCut(t *testing.T, h2 bool) {
 
 // A subscriber that takes nothing at all is cut once it has taken no
 // byte for four slow-subscriber timeouts, long before its queue fills:
-// here compressed repeats (about 130 bytes each in the queue), of which
-// its 16 MiB limit holds 96,000 at three quarters (over HTTP/2, 2,000
-// such streams under 1 MiB limits once took a fast subscriber to 1-5% of
-// its rate while their queues filled). In both engines and over HTTP/2;
-// nothing is dropped for it meanwhile. (Without the rule: 5,400-6,500
-// messages before the cut under a 1 MiB limit; with it 540-810.)
+// 100 messages are published, then nothing more. Its kernel buffers (or
+// its HTTP/2 stream's window) take the first 4-20; the rest wait in its
+// queue, under 400 KB, a thirtieth of the three quarters of its 16 MiB
+// limit at which the rule of a queue at its limit would cut it. So only
+// this rule can cut it, however fast or slow the publisher runs (over
+// HTTP/2, 2,000 streams taking nothing under 1 MiB limits once took a
+// fast subscriber to 1-5% of its rate while their queues filled). In
+// both engines and over HTTP/2; nothing is dropped for it meanwhile.
+// (Before, the test published compressed repeats until the cut, four
+// at a time behind scrapes of the metrics, and bounded the count: its
+// kernel took some 700 first, which under the race detector on a busy
+// machine took most of 37-71 s, against a wait bounded at 20 s times the
+// measured slowness.)
 func TestASubscriberThatTakesNothingIsCutBeforeItsQueueFills(t *testing.T) {
 	inModesAndH2C(t, testStalledSubscriberCut)
 }
 
+// stalledPublishes is what testStalledSubscriberCut publishes: five
+// times what the kernel buffers of the subscriber that takes nothing
+// hold, and at about 4,140 bytes each in its queue, under 400 KB there.
+const stalledPublishes = 100
+
 func testStalledSubscriberCut(t *testing.T, h2 bool) {
 	s, slow, fast, pub := floodTopic(t, h2, 16<<20)
-	msg := fmt.Sprintf(`{"type":"publish","topic":"flood","data":%q}`, strings.Repeat("x", 1000))
+	msg := fmt.Sprintf(`{"type":"publish","topic":"flood","data":%q}`, incompressible(4000))
 	r := startSlowCut(t, s, fast.c, `"type":"message"`, func() { pub.send(msg) })
-	r.untilCut()
-	if r.published >= 50_000 {
-		t.Fatalf("cut after %d messages: its queue filled first", r.published)
+	// In batches the reader takes before the next (41 KB, far under its
+	// limit): it is not the subscriber under test.
+	for r.published < stalledPublishes {
+		r.send(10)
+		r.waitFor(r.published)
 	}
+	pollUntil(t, r.cut)
 	// A close frame cannot reach a peer that takes nothing: 1006 (over
 	// HTTP/2 its stream is reset).
 	if code, err := endOf(slow.c); !h2 && (err != nil || code != rally.CloseAbnormal) {
@@ -108,8 +123,11 @@ func floodTopic(t *testing.T, h2 bool, bufferLimit int) (s *testServer, slow, fa
 		// No memory budget: what is measured is this rule, not shedding.
 		Protection:            Protection{MemoryLimit: -1},
 		SlowSubscriberTimeout: 300 * time.Millisecond,
-		H2C:                   h2,
-		HandshakeRate:         -1,
+		// No write-stall timeout of its own (30 s by default): what cuts
+		// a subscriber is the slow-subscriber rules, or nothing.
+		WriteStallTimeout: -1,
+		H2C:               h2,
+		HandshakeRate:     -1,
 	})
 	opts := func(window int) *rally.DialOptions {
 		if !h2 {
@@ -272,16 +290,28 @@ func (r *slowCutRun) untilCut() {
 	pollUntil(r.t, func() (bool, string) {
 		r.send(4)
 		r.keepUp()
-		n := metric(r.t, r.s.http, "rally_slow_subscribers_cut_total")
-		return n >= 1, fmt.Sprintf("after %d messages, rally_slow_subscribers_cut_total is %v, want 1 (closes 1006: %v, shed: %v)", r.published, n,
-			metric(r.t, r.s.http, `rally_close_codes_total{code="1006"}`), metric(r.t, r.s.http, "rally_memory_shed_connections_total"))
+		return r.cut()
 	})
+}
+
+// cut reports whether the slow-subscriber rules have cut a client, and
+// if not, what the server counted.
+func (r *slowCutRun) cut() (bool, string) {
+	n := metric(r.t, r.s.http, "rally_slow_subscribers_cut_total")
+	if n >= 1 {
+		return true, ""
+	}
+	return false, fmt.Sprintf("after %d messages, rally_slow_subscribers_cut_total is %v, want 1 (closes 1006: %v, shed: %v)", r.published, n,
+		metric(r.t, r.s.http, `rally_close_codes_total{code="1006"}`), metric(r.t, r.s.http, "rally_memory_shed_connections_total"))
 }
 
 // readerStillServed checks that the reader gets every message published
 // after the cut, and that it was not cut itself.
 func (r *slowCutRun) readerStillServed() {
 	r.t.Helper()
+	// What was published before the cut first: up to a batch of it may
+	// still be on its way, and would be counted as after.
+	r.waitFor(r.published)
 	before := r.received.Load()
 	for range 4 {
 		r.send(4)
@@ -319,7 +349,10 @@ func (r *slowCutRun) waitFor(n int) {
 			r.t.Fatalf("the reading client's connection ended: %v", err)
 		default:
 		}
-		return r.received.Load() >= int64(n), fmt.Sprintf("the reading client got %d of %d messages (drops: buffer_limit %v, reply %v; cut %v)", r.received.Load(), n,
+		if r.received.Load() >= int64(n) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("the reading client got %d of %d messages (drops: buffer_limit %v, reply %v; cut %v)", r.received.Load(), n,
 			metric(r.t, r.s.http, `rally_drops_total{reason="buffer_limit"}`), metric(r.t, r.s.http, `rally_drops_total{reason="reply"}`), metric(r.t, r.s.http, "rally_slow_subscribers_cut_total"))
 	})
 }
