@@ -436,8 +436,25 @@ func (f *fastSub) rate(ctx context.Context, d time.Duration) float64 {
 	return float64(f.delivered.Load()-n0) / time.Since(t0).Seconds()
 }
 
-// fastSubscriber connects the measured pair and starts the flood.
+// fastSubscriber connects the measured pair and starts the flood, in a
+// process of its own if cfg.ProbeProcess and one can be started (see
+// pairProcess), else here.
 func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
+	if h.cfg.ProbeProcess && h.relay == nil {
+		f, err := h.pairProcess(ctx)
+		switch {
+		case err == nil:
+			return f
+		case errors.Is(err, errPairNotConnected):
+			return nil // the server could not be reached: the answers say why
+		}
+		h.answer("pair process: " + err.Error())
+	}
+	return h.fastPair(ctx)
+}
+
+// fastPair connects the measured pair here and starts the flood.
+func (h *hostileRun) fastPair(ctx context.Context) *fastSub {
 	ctx, stop := context.WithCancel(ctx)
 	f := &fastSub{h: h, stop: stop}
 	if !f.subscribe(ctx) {

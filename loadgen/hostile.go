@@ -90,7 +90,8 @@ type HostileConfig struct {
 	// again, see workerCommand) instead of a goroutine of this one: the
 	// attack's thousands of goroutines share this process's scheduler and
 	// delay the probe's, so that a probe from here measures the attacker
-	// as much as the server.
+	// as much as the server. The fast pair of adversary and h2-slow-read
+	// (its publisher and subscriber) runs in another of its own too.
 	ProbeProcess bool
 	// MaxRSS and MaxProbeP99 are the verdict's bounds.
 	MaxRSS      int64
@@ -187,6 +188,7 @@ func (r *HostileResult) keepSlowest(p ProbeTiming) {
 
 // hostileRun is the state of one run.
 type hostileRun struct {
+	relay  func(what string) // the pair process's: answers go to the run that started it
 	cfg    HostileConfig
 	t      *target
 	res    *HostileResult
@@ -197,6 +199,10 @@ type hostileRun struct {
 }
 
 func (h *hostileRun) answer(what string) {
+	if h.relay != nil {
+		h.relay(what)
+		return
+	}
 	h.mu.Lock()
 	h.res.Answers[what]++
 	h.mu.Unlock()

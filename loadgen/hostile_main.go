@@ -67,7 +67,7 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the server on this machine, to read its memory")
 	fs.StringVar(&cfg.MetricsURL, "metrics", "", "the server's Prometheus metrics `URL`, to read its memory (process_resident_memory_bytes)")
 	fs.StringVar(&cfg.ProbeURL, "probe", "", "echo endpoint `URL` probed by a fresh client (default: /echo on the attacked host)")
-	fs.BoolVar(&cfg.ProbeProcess, "probe-process", true, "probe from a process of its own, so that the attack's goroutines do not delay the probe\n(--probe-process=false: from the attacking process)")
+	fs.BoolVar(&cfg.ProbeProcess, "probe-process", true, "probe from a process of its own, and run adversary's and h2-slow-read's fast publisher and\nsubscriber in another, so that the attack's goroutines do not delay them\n(--probe-process=false: from the attacking process)")
 	fs.BoolVar(&cfg.H2, "h2", false, "slow-read: the subscribers that never read are WebSocket streams over HTTP/2\n(h2c for ws://), 100 to a connection")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "adversary: the seed of the draw (the same seed, the same clients)")
 	var maxRSS int64
@@ -98,6 +98,9 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if os.Getenv(probeEnv) != "" {
 		return runProbe(ctx, cfg, stdout)
+	}
+	if os.Getenv(pairEnv) != "" {
+		return runPair(ctx, cfg, stdout)
 	}
 	res, err := RunHostile(ctx, cfg)
 	if err != nil {

@@ -3,6 +3,7 @@ package loadgen_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rallyws/rally/internal/slowness"
 	"github.com/rallyws/rally/loadgen"
+	"github.com/rallyws/rally/server"
 )
 
 // headLimitedServer is a net/http server whose request heads are limited
@@ -186,4 +188,50 @@ func TestHostileMainRefusesAnUnknownScenarioAndBadFlagsWith2(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}
+}
+
+// The fast pair of adversary and h2-slow-read (the flood's publisher and
+// the measured subscriber) runs in a process of its own, as the probe
+// does: the attack's goroutines do not delay it, and its counts reach
+// the result. A pair process that says nothing is replaced by a pair
+// from the attacking process.
+func TestTheFastPairOfAHostileRunRunsInAProcessOfItsOwn(t *testing.T) {
+	addr := serveRally(t, server.Config{Logger: slog.New(slog.DiscardHandler), H2C: true})
+	run := func() *loadgen.HostileResult {
+		res, err := loadgen.RunHostile(context.Background(), loadgen.HostileConfig{
+			Scenario: "h2-slow-read", URL: "ws://" + addr + "/ws", Conns: 1, Size: 4,
+			Duration: slowness.Scale(2 * time.Second), Settle: time.Millisecond,
+			MaxRSS: 1 << 40, MaxProbeP99: time.Hour, ProbeProcess: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	t.Run("own", func(t *testing.T) {
+		workers := workersInThisBinary(t)
+		res := run()
+		pairs := 0
+		for _, w := range workers() {
+			if strings.HasPrefix(w, "h2-slow-read ws://"+addr+"/ws ") {
+				pairs++
+			}
+		}
+		if pairs != 1 {
+			t.Errorf("started %q, want one pair process for the /ws URL", workers())
+		}
+		if res.Published == 0 || res.FastSoloRate == 0 || res.FastAttackRate == 0 {
+			t.Errorf("published %d, fast subscriber %.0f/s alone and %.0f/s under attack: want the pair process's counts", res.Published, res.FastSoloRate, res.FastAttackRate)
+		}
+	})
+	t.Run("mute", func(t *testing.T) {
+		defer loadgen.SetWorkerCommand(func([]string) (*exec.Cmd, error) { return exec.Command("true"), nil })()
+		res := run()
+		if res.Published == 0 || res.FastSoloRate == 0 {
+			t.Errorf("published %d, fast subscriber %.0f/s alone: want the pair from the attacking process", res.Published, res.FastSoloRate)
+		}
+		if res.Answers["pair process: it ended without a word (<nil>)"] != 1 {
+			t.Errorf("answers %v, want the pair process's end counted", res.Answers)
+		}
+	})
 }
