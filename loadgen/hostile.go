@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -542,22 +543,64 @@ type probeLine struct {
 // runProbe is the probe process: it probes cfg.URL until ctx ends or
 // cfg.Duration has passed.
 func runProbe(ctx context.Context, cfg HostileConfig, stdout io.Writer) int {
-	t, err := newTarget(cfg.URL, true, false)
-	if err != nil {
-		fmt.Fprintln(stdout, err)
+	t, ctx, stop, ok := helperStart(ctx, cfg, stdout)
+	if !ok {
 		return 1
 	}
-	ctx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
-	enc := json.NewEncoder(stdout)
+	emit := lineWriter[probeLine](stdout)
 	probeEvery(ctx, t, func(p ProbeTiming, err error) {
 		l := probeLine{ProbeTiming: p}
 		if err != nil {
 			l.Err = err.Error()
 		}
-		enc.Encode(l)
+		emit(l)
 	})
 	return 0
+}
+
+// helperStart is the start of a helper process of a hostile run (the
+// probe, the fast pair): the target of cfg.URL and a context that ends
+// after cfg.Duration. If the URL is not one, it says why on stdout and
+// reports false.
+func helperStart(ctx context.Context, cfg HostileConfig, stdout io.Writer) (*target, context.Context, context.CancelFunc, bool) {
+	t, err := newTarget(cfg.URL, true, false)
+	if err != nil {
+		fmt.Fprintln(stdout, err)
+		return nil, nil, nil, false
+	}
+	ctx, stop := context.WithTimeout(ctx, cfg.Duration)
+	return t, ctx, stop, true
+}
+
+// helperProcess starts `rally bench SCENARIO URL --duration D` with env
+// set (probeEnv, pairEnv) and returns it with its standard output.
+func helperProcess(cfg HostileConfig, url, env string) (*exec.Cmd, io.Reader, error) {
+	cmd, err := workerCommand([]string{cfg.Scenario, url, "--duration", cfg.Duration.String()})
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Env = append(cmd.Environ(), env+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return cmd, out, nil
+}
+
+// lineWriter returns a function that writes each value it is given to w
+// as a line of JSON, safe for concurrent use.
+func lineWriter[T any](w io.Writer) func(T) {
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	return func(v T) {
+		mu.Lock()
+		defer mu.Unlock()
+		enc.Encode(v)
+	}
 }
 
 // probeProcess starts the probe process for cfg and records what it
@@ -565,16 +608,8 @@ func runProbe(ctx context.Context, cfg HostileConfig, stdout io.Writer) int {
 // the process could not be started or ended before ctx without a probe:
 // the caller then probes from here.
 func probeProcess(ctx context.Context, cfg HostileConfig, record func(ProbeTiming, error)) error {
-	cmd, err := workerCommand([]string{cfg.Scenario, cfg.ProbeURL, "--duration", cfg.Duration.String()})
+	cmd, out, err := helperProcess(cfg, cfg.ProbeURL, probeEnv)
 	if err != nil {
-		return err
-	}
-	cmd.Env = append(cmd.Environ(), probeEnv+"=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 )
 
@@ -35,23 +34,15 @@ type pairLine struct {
 }
 
 // runPair is the pair process: it connects the pair to cfg.URL and
-// reports its counts until ctx ends, cfg.Duration has passed or its
-// standard input ends (the run that started it is done).
+// reports its counts until ctx ends or cfg.Duration has passed (the run
+// that started it kills it when it is done with it).
 func runPair(ctx context.Context, cfg HostileConfig, stdout io.Writer) int {
-	t, err := newTarget(cfg.URL, true, false)
-	if err != nil {
-		fmt.Fprintln(stdout, err)
+	t, ctx, stop, ok := helperStart(ctx, cfg, stdout)
+	if !ok {
 		return 1
 	}
-	ctx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
-	var mu sync.Mutex
-	enc := json.NewEncoder(stdout)
-	emit := func(l pairLine) {
-		mu.Lock()
-		defer mu.Unlock()
-		enc.Encode(l)
-	}
+	emit := lineWriter[pairLine](stdout)
 	h := &hostileRun{cfg: cfg, t: t, res: &HostileResult{Answers: map[string]int64{}}}
 	h.relay = func(what string) { emit(pairLine{Answer: what}) }
 	f := h.fastPair(ctx)
@@ -85,16 +76,8 @@ var errPairNotConnected = errors.New("it ended without connecting the pair")
 // pair; another if it said nothing, and the caller connects the pair
 // here.
 func (h *hostileRun) pairProcess(ctx context.Context) (*fastSub, error) {
-	cmd, err := workerCommand([]string{h.cfg.Scenario, h.cfg.URL, "--duration", h.cfg.Duration.String()})
+	cmd, out, err := helperProcess(h.cfg, h.cfg.URL, pairEnv)
 	if err != nil {
-		return nil, err
-	}
-	cmd.Env = append(cmd.Environ(), pairEnv+"=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(ctx)

@@ -54,13 +54,7 @@ type workerEvent struct {
 // runWorker runs cfg as a worker: it reports to stdout and takes the
 // broadcast's time and the end of the hold from stdin.
 func runWorker(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Writer) int {
-	var mu sync.Mutex
-	enc := json.NewEncoder(stdout)
-	emit := func(e workerEvent) {
-		mu.Lock()
-		defer mu.Unlock()
-		enc.Encode(e)
-	}
+	emit := lineWriter[workerEvent](stdout)
 	published := make(chan int64, 1)
 	release := make(chan struct{})
 	go func() {
