@@ -197,16 +197,21 @@ func (a *announcer) Write(p []byte) (int, error) {
 
 func TestEventLoopIsSetOnEveryWebSocketEndpoint(t *testing.T) {
 	for _, mode := range serveModes {
-		s, err := New(Config{EventLoop: mode.eventLoop, Logger: slog.New(slog.DiscardHandler)})
+		s, err := New(Config{EventLoop: mode.eventLoop, EventLoops: 3, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for name, ws := range map[string]*rally.Server{"/echo": s.echo, "/ws": s.ws, "/chat": s.chat} {
-			if ws.EventLoop != mode.eventLoop {
-				t.Errorf("%s: %s has EventLoop %v", mode.name, name, ws.EventLoop)
+			if ws.EventLoop != mode.eventLoop || ws.EventLoops != 3 {
+				t.Errorf("%s: %s has EventLoop %v, EventLoops %d (want 3)", mode.name, name, ws.EventLoop, ws.EventLoops)
 			}
 		}
 		s.shutdownNodes()
+	}
+	for _, n := range []int{-1, maxEventLoops + 1} {
+		if _, err := New(Config{EventLoop: true, EventLoops: n, Logger: slog.New(slog.DiscardHandler)}); err == nil || !strings.Contains(err.Error(), "--event-loops") {
+			t.Errorf("EventLoops %d: %v, want an error naming --event-loops", n, err)
+		}
 	}
 }
 

@@ -151,6 +151,10 @@ type Config struct {
 	// rally's event loops instead of a goroutine each (rally.Server's
 	// EventLoop; see engine.go).
 	EventLoop bool
+	// EventLoops is how many event loops share each endpoint's
+	// connections with EventLoop (rally.Server's EventLoops), at most
+	// maxEventLoops; 0: half the CPUs the process may use, rounded up.
+	EventLoops int
 	// ReusePort lets several processes listen on the same Addr
 	// (SO_REUSEPORT, Linux only): the kernel spreads new connections over
 	// them. Addr needs a fixed port. See reuseport.go for what it costs.
@@ -605,7 +609,9 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	if s.cfg.ReusePort {
 		fmt.Fprintf(out, "  port:     shared with other processes (--reuse-port); topics span them only through NATS\n")
 	}
-	if s.cfg.EventLoop {
+	if s.cfg.EventLoop && s.cfg.EventLoops > 0 {
+		fmt.Fprintf(out, "  engine:   %d event loops (--event-loop=false: a goroutine per connection)\n", s.cfg.EventLoops)
+	} else if s.cfg.EventLoop {
 		fmt.Fprintf(out, "  engine:   event loop (--event-loop=false: a goroutine per connection)\n")
 	} else {
 		fmt.Fprintf(out, "  engine:   a goroutine per connection\n")
@@ -647,6 +653,11 @@ func browserAddr(given string, actual net.Addr) (addr, where string) {
 	return net.JoinHostPort(host, port), where
 }
 
+// maxEventLoops bounds Config.EventLoops: each loop is a goroutine that
+// keeps a processor while it turns, so more loops than a large machine
+// has cores buy nothing.
+const maxEventLoops = 256
+
 // checkNumbers refuses settings that have no meaning (negative sizes and
 // timeouts); 0 means the default and negative limits mean none, as each
 // field says.
@@ -657,6 +668,8 @@ func (cfg *Config) checkNumbers() error {
 	switch {
 	case cfg.MaxMessageBytes < 0:
 		return bad("max-message-bytes", cfg.MaxMessageBytes, "it must be a positive number of bytes")
+	case cfg.EventLoops < 0 || cfg.EventLoops > maxEventLoops:
+		return bad("event-loops", cfg.EventLoops, fmt.Sprintf("it must be 1 to %d loops, or 0 for half the CPUs", maxEventLoops))
 	case cfg.HeaderReadTimeout < 0:
 		return bad("header-timeout", cfg.HeaderReadTimeout, "it must be a positive duration")
 	case cfg.ShutdownTimeout < 0:

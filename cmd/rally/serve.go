@@ -77,6 +77,7 @@ var serveGroups = []struct {
 		{name: "slow-subscriber-timeout", env: "RALLY_SLOW_SUBSCRIBER_TIMEOUT", value: "DURATION", check: nonZero},
 		{name: "shutdown-timeout", env: "RALLY_SHUTDOWN_TIMEOUT", value: "DURATION", check: positive},
 		{name: "event-loop", env: "RALLY_EVENT_LOOP"},
+		{name: "event-loops", env: "RALLY_EVENT_LOOPS", value: "N"},
 	}},
 	{"Several nodes (NATS)", append([]serveFlag{
 		{name: "node", env: "RALLY_NODE", value: "NAME"},
@@ -194,6 +195,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	// The event loop is the default where it exists (Linux): less memory
 	// per idle connection, and fewer system calls per message.
 	fs.BoolVar(&cfg.EventLoop, "event-loop", runtime.GOOS == "linux", "run WebSocket connections on event loops (epoll, Linux; the default there) instead\nof a goroutine each: less memory per idle connection (--event-loop=false: a goroutine each)")
+	fs.IntVar(&cfg.EventLoops, "event-loops", 0, "how many event loops share the connections (0: half the CPUs, rounded up)")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")
 	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(beyond loopback it needs --nats-user or --nats-token)")

@@ -76,6 +76,7 @@ tls-key = "k.pem"
 h2c = true
 reuse-port = true
 event-loop = true
+event-loops = 3
 token-secret = "0123456789abcdef0123456789abcdef"
 api-key = "key"
 origins = ["a.example", "*.b.example"]
@@ -116,6 +117,7 @@ pusher-webhook = ["2=http://127.0.0.1:1/hook"]
 		"h2c":                     c.H2C,
 		"reuse-port":              c.ReusePort,
 		"event-loop":              c.EventLoop,
+		"event-loops":             c.EventLoops == 3,
 		"token-secret":            c.TokenSecret == "0123456789abcdef0123456789abcdef",
 		"api-key":                 c.APIKey == "key",
 		"origins":                 strings.Join(c.Origins, " ") == "a.example *.b.example",
