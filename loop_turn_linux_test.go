@@ -88,16 +88,19 @@ func TestAnEventLoopDeliversToAFreshClientBeforeItsStreamingConnections(t *testi
 		turn      uint64
 	}
 	var (
-		mu         sync.Mutex
-		deliveries []delivery
-		overtaken  []int // per probe, the streaming deliveries before it in its turn
-		streamed   int
+		mu          sync.Mutex
+		deliveries  []delivery
+		overtaken   []int // per probe, the streaming deliveries before it in its turn
+		streamed    int
+		streamingCh = make(chan struct{}) // closed once the streamers stream
 	)
 	rally.OnLoopDeliver(t, func(c *rally.Conn, streaming bool, turn uint64) {
 		mu.Lock()
 		defer mu.Unlock()
 		if streaming {
-			streamed++
+			if streamed++; streamed == streamers {
+				close(streamingCh)
+			}
 		}
 		if len(deliveries) > 0 && deliveries[len(deliveries)-1].turn != turn {
 			deliveries = deliveries[:0] // only the turn in progress matters
@@ -153,17 +156,7 @@ func TestAnEventLoopDeliversToAFreshClientBeforeItsStreamingConnections(t *testi
 	defer wg.Wait()
 	defer close(stop)
 	// Wait until the streamers stream: their deliveries leave input behind.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		n := streamed
-		mu.Unlock()
-		if n >= streamers {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the streamers' deliveries left no input behind (%d streaming deliveries)", n)
-		}
-	}
+	waitOrFail(t, streamingCh, "streaming deliveries from the streamers")
 	for i := range probes {
 		p := dialPeer(t, addr)
 		msg := []byte("probe")
