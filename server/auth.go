@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -127,16 +128,16 @@ func SignToken(secret []byte, claims Claims) (string, error) {
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }
 
-// rateLimiter allows each client address a burst of handshakes and then
-// rate per second (a token bucket per address). Idle buckets are swept so
-// that the table stays small.
+// rateLimiter allows each client address (rateKey: an IPv6 client's
+// /64) a burst of handshakes and then rate per second (a token bucket per
+// address). Idle buckets are swept so that the table stays small.
 type rateLimiter struct {
 	rate     float64
 	burst    float64
 	loopback bool // limit loopback clients too
 
 	mu      sync.Mutex
-	buckets shrinkmap.Map[string, *bucket] // gives back the room of a crowd of addresses gone
+	buckets shrinkmap.Map[netip.Addr, *bucket] // gives back the room of a crowd of addresses gone
 	swept   time.Time
 }
 
@@ -156,20 +157,15 @@ func newRateLimiter(rate float64, loopback bool) *rateLimiter {
 	return &rateLimiter{rate: rate, burst: burst, loopback: loopback}
 }
 
-// allow takes a token for addr's host, or reports false.
-func (l *rateLimiter) allow(addr string, now time.Time) bool {
-	if l == nil {
+// allow takes a token for the client address a (clientAddr), or reports
+// false. A client whose address is unknown (the zero Addr: a listener
+// that is not TCP) is not limited, nor is a loopback one unless the
+// limiter was told to.
+func (l *rateLimiter) allow(a netip.Addr, now time.Time) bool {
+	if l == nil || !a.IsValid() || (!l.loopback && a.IsLoopback()) {
 		return true
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if !l.loopback {
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-			return true
-		}
-	}
+	host := rateKey(a)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Sub(l.swept) > time.Minute {

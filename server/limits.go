@@ -38,9 +38,9 @@ func (s *Server) limitFull(next http.Handler, inBand bool) http.Handler {
 		if !s.admitMemory(w, r) {
 			return
 		}
-		if !s.rate.allow(r.RemoteAddr, time.Now()) {
+		if client := s.proxies.clientAddr(r); !s.rate.allow(client, time.Now()) {
 			s.m.refused("handshake_rate")
-			s.log.Info("handshake refused: too many from this address", "remote", r.RemoteAddr, "path", r.URL.Path)
+			s.log.Info("handshake refused: too many from this address", "remote", r.RemoteAddr, "client", client.String(), "path", r.URL.Path)
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "too many handshakes from your address; retry later", http.StatusTooManyRequests)
 			return

@@ -105,10 +105,19 @@ type Config struct {
 	MaxConnections int
 	// HandshakeRate is how many WebSocket handshakes per second one client
 	// IP address may make (with a burst of as many); past it they get 429.
-	// Default 20, negative means no limit. Loopback clients (a local
-	// proxy, a test tool) are not limited unless RateLimitLoopback is set.
+	// Default 20, negative means no limit. An IPv6 client counts by its
+	// /64. Loopback clients (a test tool; a local proxy's clients are
+	// counted by the address it forwards, see TrustedProxies) are not
+	// limited unless RateLimitLoopback is set.
 	HandshakeRate     float64
 	RateLimitLoopback bool
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (whose address the handshake rate limit counts, and
+	// refusals are logged with): a comma-separated list of addresses,
+	// networks (CIDR) and the words loopback, private (10/8, 172.16/12,
+	// 192.168/16, fc00::/7) and none. The client is the rightmost address
+	// of the header that is not a trusted proxy. Default "loopback".
+	TrustedProxies string
 	// MaxSubscriptions bounds the topics one /ws connection subscribes to.
 	// Default 100, negative means no limit.
 	MaxSubscriptions int
@@ -165,19 +174,20 @@ type Config struct {
 // call Serve (or ListenAndServe) once; Handler and Hub are safe to use
 // from many goroutines.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	mux    *http.ServeMux
-	echo   *rally.Server
-	ws     *rally.Server
-	chat   *rally.Server
-	hub    *pubsub.Hub
-	m      *metrics
-	h2m    h2Metrics
-	secret []byte
-	rate   *rateLimiter
-	heads  headWatch
-	slow   *slowWatch // /ws connections whose queue stays full
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	echo    *rally.Server
+	ws      *rally.Server
+	chat    *rally.Server
+	hub     *pubsub.Hub
+	m       *metrics
+	h2m     h2Metrics
+	secret  []byte
+	rate    *rateLimiter
+	proxies proxyRanges // whose X-Forwarded-For names the client
+	heads   headWatch
+	slow    *slowWatch // /ws connections whose queue stays full
 	guard
 
 	conns    atomic.Int64 // open WebSocket connections and handshakes under way
@@ -307,6 +317,9 @@ func New(cfg Config) (*Server, error) {
 		s.secret = []byte(cfg.TokenSecret)
 	}
 	s.rate = newRateLimiter(cfg.HandshakeRate, cfg.RateLimitLoopback)
+	if s.proxies, err = parseProxyRanges(cfg.TrustedProxies); err != nil {
+		return nil, configErrorf("--trusted-proxies: %v", err)
+	}
 	var broker pubsub.Broker
 	if cfg.Broker != nil {
 		broker = framedBroker{Broker: cfg.Broker, dropped: &m.notMessage}

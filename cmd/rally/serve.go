@@ -64,6 +64,7 @@ var serveGroups = []struct {
 		{name: "max-connections", env: "RALLY_MAX_CONNECTIONS", value: "N", check: nonZero},
 		{name: "handshake-rate", env: "RALLY_HANDSHAKE_RATE", value: "PER_SECOND", check: nonZero},
 		{name: "rate-limit-loopback", env: "RALLY_RATE_LIMIT_LOOPBACK"},
+		{name: "trusted-proxies", env: "RALLY_TRUSTED_PROXIES", value: "LIST"},
 		{name: "max-subscriptions", env: "RALLY_MAX_SUBSCRIPTIONS", value: "N", check: nonZero},
 		{name: "max-message-bytes", env: "RALLY_MAX_MESSAGE_BYTES", value: "BYTES", check: positive},
 		{name: "buffer-limit", env: "RALLY_BUFFER_LIMIT", value: "BYTES", check: nonZero},
@@ -182,6 +183,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	fs.IntVar(&cfg.MaxConnections, "max-connections", 10000, "open WebSocket connections at most; more get 503 (negative: no limit)")
 	fs.Float64Var(&cfg.HandshakeRate, "handshake-rate", 20, "WebSocket handshakes per second per client IP, with as many in a burst;\nmore get 429 (negative: no limit)")
 	fs.BoolVar(&cfg.RateLimitLoopback, "rate-limit-loopback", false, "apply --handshake-rate to loopback clients too")
+	fs.StringVar(&cfg.TrustedProxies, "trusted-proxies", "loopback", "reverse proxies whose X-Forwarded-For names the client that --handshake-rate\ncounts: addresses, networks (CIDR), loopback, private or none, comma-separated")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 100, "topics one /ws connection may subscribe to (negative: no limit)")
 	cli.BytesVar(fs, &cfg.MaxMessageBytes, "max-message-bytes", 64<<10, "largest /ws message (larger: closed with 1009) and /publish body (413)")
 	cli.BytesVar(fs, &cfg.BufferLimit, "buffer-limit", 1<<20, "bytes waiting for one slow client at most, with ~100 bytes of bookkeeping\nper run of messages waiting together; messages past it are dropped for that\nclient and counted (negative: no limit)")

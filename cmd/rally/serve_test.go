@@ -84,6 +84,7 @@ insecure-no-auth = true
 max-connections = 7
 handshake-rate = 2.5
 rate-limit-loopback = true
+trusted-proxies = "10.0.0.0/8,loopback"
 max-subscriptions = -1
 max-message-bytes = 1000
 buffer-limit = 2000
@@ -125,6 +126,7 @@ pusher-webhook = ["2=http://127.0.0.1:1/hook"]
 		"max-connections":         c.MaxConnections == 7,
 		"handshake-rate":          c.HandshakeRate == 2.5,
 		"rate-limit-loopback":     c.RateLimitLoopback,
+		"trusted-proxies":         c.TrustedProxies == "10.0.0.0/8,loopback",
 		"max-subscriptions":       c.MaxSubscriptions == -1,
 		"max-message-bytes":       c.MaxMessageBytes == 1000,
 		"buffer-limit":            c.BufferLimit == 2000,
