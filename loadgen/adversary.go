@@ -14,6 +14,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -64,6 +65,7 @@ type adversaryClient struct {
 	behaviour string
 	start     time.Duration // after the attackers' phase began
 	n         int           // a size or count drawn for the behaviour
+	from      int           // its place in the draw: which address it comes from
 }
 
 // drawAdversary returns the clients seed picks, in order.
@@ -87,6 +89,7 @@ func drawAdversary(seed uint64, conns int, spread time.Duration) []adversaryClie
 			out[i].start = time.Duration(rng.Int64N(int64(spread)))
 		}
 		out[i].n = rng.IntN(1 << 16)
+		out[i].from = i
 	}
 	return out
 }
@@ -114,7 +117,12 @@ func (h *hostileRun) adversary(ctx context.Context) {
 	for _, c := range clients {
 		h.res.Behaviours[c.behaviour]++
 	}
-	a := &adversaryRun{h: h, ws: h.t, echo: echo, bomb: bombTarget, wsPath: pathOf(wsURL)}
+	a := &adversaryRun{h: h, wsPath: pathOf(wsURL)}
+	a.local = adversaryTargets{ws: h.t, echo: echo, bomb: bombTarget}
+	for i := range h.cfg.AttackerAddresses {
+		addr := attackerAddress(i)
+		a.remote = append(a.remote, adversaryTargets{ws: h.t.forwarded(addr), echo: echo.forwarded(addr), bomb: bombTarget.forwarded(addr), from: addr})
+	}
 	a.bombFrame = bombPayload(64 << 20)
 
 	f := h.fastSubscriber(ctx)
@@ -122,6 +130,7 @@ func (h *hostileRun) adversary(ctx context.Context) {
 		return
 	}
 	defer f.close()
+	h.yieldCPU()
 	h.res.FastSoloRate = f.rate(ctx, h.cfg.Duration/6)
 	var wg sync.WaitGroup
 	for _, c := range clients {
@@ -173,10 +182,31 @@ func pathOf(rawURL string) string {
 // adversaryRun holds what the clients of one run share.
 type adversaryRun struct {
 	h         *hostileRun
-	ws, echo  *target
-	bomb      *target
+	local     adversaryTargets   // of the well-behaved clients, and of attackers with no address
+	remote    []adversaryTargets // of the attackers, one per address (HostileConfig.AttackerAddresses)
 	wsPath    string
 	bombFrame []byte
+}
+
+// adversaryTargets are the endpoints as one client address reaches them.
+type adversaryTargets struct {
+	ws, echo, bomb *target
+	from           string // the address named in X-Forwarded-For ("": none)
+}
+
+// attackerAddress returns the address of attacker i of the addresses:
+// 198.18.0.1 and on, in RFC 2544's benchmarking range.
+func attackerAddress(i int) string {
+	return netip.AddrFrom4([4]byte{198, 18, byte((i + 1) >> 8), byte(i + 1)}).String()
+}
+
+// targets returns the endpoints as client c reaches them: from its
+// address if it is an attacker and the run names addresses.
+func (a *adversaryRun) targets(c adversaryClient) adversaryTargets {
+	if wellBehaved(c.behaviour) || len(a.remote) == 0 {
+		return a.local
+	}
+	return a.remote[c.from%len(a.remote)]
 }
 
 // floodTopic is the topic the publisher floods, the fast subscriber and
@@ -203,6 +233,7 @@ func subscribeFrameAt(topic string, offset uint64, epoch string) []byte {
 // ends the connection; what the server answered is counted.
 func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 	h := a.h
+	t := a.targets(c)
 	switch c.behaviour {
 	case "slowloris":
 		conn := a.dialRaw(ctx)
@@ -210,23 +241,23 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 			return
 		}
 		go h.await(ctx, conn)
-		dripHead(ctx, conn, a.requestLine(a.ws))
+		dripHead(ctx, conn, a.requestLine(t))
 	case "head-hold":
 		conn := a.dialRaw(ctx)
 		if conn == nil {
 			return
 		}
 		go h.await(ctx, conn)
-		holdHead(ctx, conn, a.requestLine(a.ws), 256<<10)
+		holdHead(ctx, conn, a.requestLine(t), 256<<10)
 	case "partial":
-		conn := a.dial(ctx, a.echo)
+		conn := a.dial(ctx, t.echo)
 		if conn == nil {
 			return
 		}
 		go h.await(ctx, conn)
 		sendPartial(ctx, conn, 1<<20, make([]byte, 64<<10))
 	case "non-reader":
-		conn := a.dial(ctx, a.ws)
+		conn := a.dial(ctx, t.ws)
 		if conn == nil {
 			return
 		}
@@ -235,7 +266,7 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 		}
 		conn.Write(subscribeFrame(floodTopic))
 	case "bomb":
-		conn := a.dial(ctx, a.bomb)
+		conn := a.dial(ctx, t.bomb)
 		if conn == nil {
 			return
 		}
@@ -246,7 +277,7 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 		conn.Write(a.bombFrame)
 		h.await(ctx, conn)
 	case "ping-flood":
-		conn := a.dial(ctx, a.echo)
+		conn := a.dial(ctx, t.echo)
 		if conn == nil {
 			return
 		}
@@ -262,10 +293,13 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 		}
 	case "reconnect":
 		for ctx.Err() == nil {
-			conn, _, err := a.ws.dial(ctx, true)
+			conn, _, err := t.ws.dial(ctx, true)
 			if err != nil {
 				if ctx.Err() == nil {
 					h.answer(handshakeAnswer(err))
+				}
+				if refused(err) {
+					continue // an attacker does not wait to be let in
 				}
 				return
 			}
@@ -274,9 +308,9 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 			h.answer("reconnected")
 		}
 	case "reconnect-old":
-		a.reconnectOld(ctx, c.n%64)
+		a.reconnectOld(ctx, t.ws, c.n%64)
 	case "h2-non-reader":
-		a.h.h2NonReader(ctx, a.wsPath, 4+c.n%13, floodTopic)
+		a.h.h2NonReader(ctx, a.wsPath, 4+c.n%13, floodTopic, t.from)
 	case "garbage":
 		junk := make([]byte, 512+c.n%4096)
 		rand.Read(junk)
@@ -285,13 +319,13 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 			if conn = a.dialRaw(ctx); conn == nil {
 				return
 			}
-		} else if conn = a.dial(ctx, a.echo); conn == nil {
+		} else if conn = a.dial(ctx, t.echo); conn == nil {
 			return
 		}
 		conn.Write(junk)
 		h.await(ctx, conn)
 	case "many-subs":
-		conn := a.dial(ctx, a.ws)
+		conn := a.dial(ctx, t.ws)
 		if conn == nil {
 			return
 		}
@@ -304,7 +338,7 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 		}
 		conn.Write(batch)
 	case "publisher":
-		conn := a.dial(ctx, a.ws)
+		conn := a.dial(ctx, t.ws)
 		if conn == nil {
 			return
 		}
@@ -323,7 +357,7 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
 			}
 		}
 	case "subscriber":
-		conn := a.dial(ctx, a.ws)
+		conn := a.dial(ctx, t.ws)
 		if conn == nil {
 			return
 		}
@@ -368,8 +402,19 @@ func (a *adversaryRun) keep(ctx context.Context, conn net.Conn) {
 	context.AfterFunc(ctx, func() { conn.SetWriteDeadline(time.Now()) })
 }
 
-func (a *adversaryRun) requestLine(t *target) string {
-	return "GET " + a.wsPath + " HTTP/1.1\r\nHost: " + t.addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+func (a *adversaryRun) requestLine(t adversaryTargets) string {
+	line := "GET " + a.wsPath + " HTTP/1.1\r\nHost: " + t.ws.addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+	if t.from != "" {
+		line += "X-Forwarded-For: " + t.from + "\r\n"
+	}
+	return line
+}
+
+// refused reports whether err is the server's answer to a handshake
+// (a status other than 101), not a failure to reach it.
+func refused(err error) bool {
+	var he *handshakeError
+	return errors.As(err, &he)
 }
 
 // underlying returns the connection under a prefixed one.
@@ -450,6 +495,7 @@ func (h *hostileRun) fastSubscriber(ctx context.Context) *fastSub {
 		}
 		h.answer("pair process: " + err.Error())
 	}
+	h.pairHere = true
 	return h.fastPair(ctx)
 }
 
@@ -749,15 +795,18 @@ func (h *hostileRun) awaitServerEmpty(ctx context.Context, settle time.Duration)
 // asked for is read. Each ack is counted: "recovered", "not recovered
 // (REASON)", or "no history" (the topic has none: the client then goes
 // on reconnecting without a position).
-func (a *adversaryRun) reconnectOld(ctx context.Context, lag int) {
+func (a *adversaryRun) reconnectOld(ctx context.Context, ws *target, lag int) {
 	h := a.h
 	var offset uint64
 	epoch := ""
 	for ctx.Err() == nil {
-		conn, rest, err := a.ws.dial(ctx, true)
+		conn, rest, err := ws.dial(ctx, true)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.answer(handshakeAnswer(err))
+			}
+			if refused(err) {
+				continue // an attacker does not wait to be let in
 			}
 			return
 		}

@@ -25,7 +25,7 @@ func OpenH2NonReaders(wsURL string, conns, streams int, topic string) (*H2NonRea
 	ctx, stop := context.WithCancel(context.Background())
 	o := &H2NonReaders{h: &hostileRun{t: t, res: &HostileResult{Answers: map[string]int64{}}}, stop: stop}
 	for range conns {
-		if s := o.h.h2NonReader(ctx, pathOf(wsURL), streams, topic); s != nil {
+		if s := o.h.h2NonReader(ctx, pathOf(wsURL), streams, topic, ""); s != nil {
 			o.conns = append(o.conns, s)
 		}
 	}

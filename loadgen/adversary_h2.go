@@ -92,11 +92,12 @@ func (s *h2NonReaders) write(b []byte) error {
 }
 
 // h2NonReader opens a connection of streams never-reading streams
-// subscribed to topic (none if empty) and keeps it until ctx ends or the server ends it;
+// subscribed to topic (none if empty), their requests naming the client
+// address from in X-Forwarded-For (none if empty), and keeps it until ctx ends or the server ends it;
 // what the server did with each stream is counted in h's answers
 // ("h2 200", "h2 refused", "h2 reset", "h2c not offered", ...). It returns
 // once the connection is established and its streams requested.
-func (h *hostileRun) h2NonReader(ctx context.Context, path string, streams int, topic string) *h2NonReaders {
+func (h *hostileRun) h2NonReader(ctx context.Context, path string, streams int, topic, from string) *h2NonReaders {
 	conn, err := h.dialH2(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -126,6 +127,9 @@ func (h *hostileRun) h2NonReader(ctx context.Context, path string, streams int, 
 		block = hpackLiteral(block, ":path", path)
 		block = hpackLiteral(block, ":authority", h.t.addr)
 		block = hpackLiteral(block, "sec-websocket-version", "13")
+		if from != "" {
+			block = hpackLiteral(block, "x-forwarded-for", from)
+		}
 		out = append(out, h2Frame(h2Headers, h2FlagEndHdrs, id, block)...)
 		s.waiting[id] = true
 	}
@@ -283,9 +287,10 @@ func (h *hostileRun) h2SlowRead(ctx context.Context) {
 		return
 	}
 	defer f.close()
+	h.yieldCPU()
 	h.res.FastSoloRate = f.rate(ctx, h.cfg.Duration/6)
 	for range h.cfg.Conns {
-		h.h2NonReader(ctx, pathOf(h.cfg.URL), h.cfg.Size, floodTopic)
+		h.h2NonReader(ctx, pathOf(h.cfg.URL), h.cfg.Size, floodTopic, "")
 	}
 	h.measureUnderAttack(ctx, f)
 }

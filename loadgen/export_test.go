@@ -50,3 +50,6 @@ func MemoryAfterVerdict(before, after int64) []string {
 	h.verdict()
 	return h.res.Reasons
 }
+
+// LowerPriority is lowerPriority.
+var LowerPriority = lowerPriority

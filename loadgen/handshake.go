@@ -75,6 +75,16 @@ func newTarget(rawURL string, insecure, compress bool) (*target, error) {
 	return t, nil
 }
 
+// forwarded returns a target like t whose requests carry
+// X-Forwarded-For: client, as a reverse proxy's would.
+func (t *target) forwarded(client string) *target {
+	f := &target{addr: t.addr, host: t.host, tls: t.tls, insecure: t.insecure, loopback: t.loopback, compress: t.compress, sources: t.sources}
+	key := []byte("Sec-WebSocket-Key: ")
+	head := bytes.TrimSuffix(t.request, key)
+	f.request = append(append(append([]byte(nil), head...), "X-Forwarded-For: "+client+"\r\n"...), key...)
+	return f
+}
+
 // localAddr spreads connections to a loopback server over the source
 // addresses 127.0.0.1 to 127.0.0.250, so that many connections (and the
 // TIME_WAIT left by many short ones) do not exhaust one address's

@@ -99,6 +99,22 @@ type HostileConfig struct {
 	MaxProbeP99 time.Duration
 	// Seed picks the adversary's clients (the same seed, the same draw).
 	Seed uint64
+	// Nice is the niceness the attacking process takes once the
+	// processes of the probe and the measured pair run (Linux; 0: none):
+	// on one machine, the attacker's own work would otherwise take the
+	// CPU from the server, which a remote attacker's does not, and the
+	// run would measure the attacker. What its requests make the server
+	// do is measured either way. Not when the probe or the pair runs in
+	// this process.
+	Nice int
+	// AttackerAddresses, for adversary, is how many client addresses its
+	// attackers come from, named in X-Forwarded-For as a reverse proxy on
+	// loopback would (rally serve trusts it by default, and limits each
+	// address's handshakes): attacker i is 198.18.0.1+i%N (RFC 2544's
+	// benchmarking range). 0: they connect as local clients, which rally
+	// serve does not rate-limit. The well-behaved clients and the
+	// measured pair name no address either way.
+	AttackerAddresses int
 	// H2, for slow-read, opens the subscribers that never read as
 	// WebSocket streams over HTTP/2 (RFC 8441; h2c for ws://), h2Streams
 	// to a TCP connection, each with a small receive window that fills.
@@ -132,6 +148,9 @@ type HostileResult struct {
 	// Probe is the latency of a fresh client's dial plus one echo, every
 	// 250 ms during the attack.
 	Probe Latency `json:"probe"`
+	// AttackerNice is the niceness the attacking process ran at (0:
+	// unchanged, see HostileConfig.Nice).
+	AttackerNice int `json:"attacker_nice,omitempty"`
 	// ProbeFrom says where the probe ran: "its own process" or "the
 	// attacking process".
 	ProbeFrom     string `json:"probe_from"`
@@ -197,6 +216,27 @@ type hostileRun struct {
 	conns  []net.Conn
 	others []func() // ends attackers that are not a net.Conn
 	opened atomic.Int64
+
+	// The probe process, started before the attack (nil: probing from
+	// here), or why it could not be.
+	probeCmd *exec.Cmd
+	probeOut io.Reader
+	probeErr error
+	pairHere bool // the measured pair runs in this process
+}
+
+// yieldCPU lowers the attacking process's priority to cfg.Nice, if it
+// is set, the probe runs in a process of its own, and so does the pair
+// (pairHere: it does not).
+func (h *hostileRun) yieldCPU() {
+	if h.cfg.Nice <= 0 || h.relay != nil || h.probeCmd == nil || h.pairHere {
+		return
+	}
+	if err := lowerPriority(h.cfg.Nice); err != nil {
+		h.answer("nice: " + err.Error())
+		return
+	}
+	h.res.AttackerNice = h.cfg.Nice
 }
 
 func (h *hostileRun) answer(what string) {
@@ -304,12 +344,22 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 	h.res.RSSBefore = mem.sample()
 	h.res.AnonBefore = mem.anon()
 
+	if cfg.ProbeProcess {
+		h.probeCmd, h.probeOut, h.probeErr = helperProcess(cfg, cfg.ProbeURL, probeEnv)
+	}
 	attack, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Go(func() { mem.watch(attack) })
 	var hist histogram
 	wg.Go(func() { h.probe(attack, probe, &hist) })
+	switch cfg.Scenario {
+	case "adversary", "h2-slow-read", "slow-read":
+		// Once their measured pair is connected (adversary,
+		// h2-slow-read), or not at all: slow-read's pair is here.
+	default:
+		h.yieldCPU()
+	}
 	switch cfg.Scenario {
 	case "slowloris":
 		h.slowloris(attack)
@@ -415,6 +465,9 @@ func (r *HostileResult) WriteSummary(w io.Writer) {
 	if r.ProbeFrom != "" {
 		from = ", from " + r.ProbeFrom
 	}
+	if r.AttackerNice != 0 {
+		from += fmt.Sprintf(" (the attacking process at nice %d)", r.AttackerNice)
+	}
 	fmt.Fprintf(w, "  fresh echo client: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d probes, %d failed%s\n",
 		r.Probe.P50/1e3, r.Probe.P99/1e3, r.Probe.Max/1e3, r.Probes, r.ProbeFailures, from)
 	if len(r.SlowestProbes) > 0 {
@@ -475,7 +528,10 @@ func (h *hostileRun) probe(ctx context.Context, t *target, hist *histogram) {
 		h.res.keepSlowest(p)
 	}
 	if h.cfg.ProbeProcess {
-		err := probeProcess(ctx, h.cfg, record)
+		err := h.probeErr
+		if err == nil {
+			err = probeFrom(ctx, h.probeCmd, h.probeOut, record)
+		}
 		if err == nil {
 			h.res.ProbeFrom = "its own process"
 			return
@@ -530,7 +586,7 @@ func probeEvery(ctx context.Context, t *target, record func(ProbeTiming, error))
 
 // probeEnv, set in its environment, makes `rally bench SCENARIO URL
 // --duration D` the probe of a hostile run started by another (see
-// probeProcess): it probes URL, an echo endpoint, for D and writes one
+// probeFrom): it probes URL, an echo endpoint, for D and writes one
 // probeLine a probe to its standard output.
 const probeEnv = "RALLY_BENCH_PROBE"
 
@@ -603,15 +659,10 @@ func lineWriter[T any](w io.Writer) func(T) {
 	}
 }
 
-// probeProcess starts the probe process for cfg and records what it
-// writes until ctx ends. It returns an error, having recorded nothing, if
-// the process could not be started or ended before ctx without a probe:
-// the caller then probes from here.
-func probeProcess(ctx context.Context, cfg HostileConfig, record func(ProbeTiming, error)) error {
-	cmd, out, err := helperProcess(cfg, cfg.ProbeURL, probeEnv)
-	if err != nil {
-		return err
-	}
+// probeFrom records what the probe process cmd writes to out until ctx
+// ends. It returns an error, having recorded nothing, if the process
+// ended before ctx without a probe: the caller then probes from here.
+func probeFrom(ctx context.Context, cmd *exec.Cmd, out io.Reader, record func(ProbeTiming, error)) error {
 	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
 	defer stop()
 	sc := bufio.NewScanner(out)

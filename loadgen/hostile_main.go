@@ -70,6 +70,8 @@ func HostileMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.ProbeProcess, "probe-process", true, "probe from a process of its own, and run adversary's and h2-slow-read's fast publisher and\nsubscriber in another, so that the attack's goroutines do not delay them\n(--probe-process=false: from the attacking process)")
 	fs.BoolVar(&cfg.H2, "h2", false, "slow-read: the subscribers that never read are WebSocket streams over HTTP/2\n(h2c for ws://), 100 to a connection")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "adversary: the seed of the draw (the same seed, the same clients)")
+	fs.IntVar(&cfg.Nice, "nice", 19, "the attacking process's niceness once the probe's and the measured pair's processes run\n(Linux; 0: unchanged): on one machine its own work would otherwise take the CPU\nfrom the server, which a remote attacker's does not")
+	fs.IntVar(&cfg.AttackerAddresses, "attacker-addresses", 0, "adversary: the attackers come from this many client addresses, named in\nX-Forwarded-For as by a reverse proxy on loopback, which rally serve trusts\nand rate-limits by (0: as local clients, which it does not rate-limit)")
 	var maxRSS int64
 	cli.BytesVar(fs, &maxRSS, "max-rss", 600e6, "verdict: the server's peak RSS at most")
 	fs.DurationVar(&cfg.MaxProbeP99, "max-p99", 100*time.Millisecond, "verdict: the probe's p99 at most")

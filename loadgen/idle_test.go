@@ -24,7 +24,13 @@ import (
 const asRallyBench = "LOADGEN_TEST_AS_RALLY_BENCH"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(lowerPriorityChild) != "" {
+		os.Exit(reportNiceness())
+	}
 	if os.Getenv(asRallyBench) != "" {
+		// Its own helpers (a hostile run's probe) are this binary too.
+		exe, _ := os.Executable()
+		loadgen.SetWorkerCommand(func(a []string) (*exec.Cmd, error) { return exec.Command(exe, a...), nil })
 		if len(os.Args) > 1 && loadgen.IsHostile(os.Args[1]) {
 			os.Exit(loadgen.HostileMain(os.Args[1:], os.Stdout, os.Stderr))
 		}
