@@ -276,6 +276,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 		return
 	}
 	var res pubsub.Result
+	var pm *rally.PreparedMessage
 	t.mu.Lock()
 	for c, s := range t.subs.All() {
 		if s.buffering {
@@ -305,7 +306,14 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 		if from != nil {
 			c.JoinCork(from)
 		}
-		if st, err := c.Send(rally.Text, env); err != nil || st == rally.Dropped {
+		if pm == nil {
+			// Framed once, at the first subscriber it goes to: a queue
+			// that must keep it (its peer reads slowly) refers to this
+			// frame instead of copying it, and the memory budget charges
+			// it once however many queues do.
+			pm, _ = rally.NewPreparedMessage(rally.Text, env)
+		}
+		if st, err := c.SendPrepared(pm); err != nil || st == rally.Dropped {
 			res.Add(rally.Dropped, err) // a closing subscriber counts in Closing too
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
