@@ -34,6 +34,7 @@ func TestAHistoryDeliveryWaitingForManySubscribersIsHeldOnce(t *testing.T) {
 		pub.next() // the ack: the message went to every subscriber's queue before it
 	}
 	used := budget.Stats()[rally.MemorySendQueues].Used
+	t.Logf("%d KiB charged for send queues", used>>10)
 	if used < size {
 		t.Fatalf("%d bytes charged for send queues: the subscribers' queues hold less than a message", used)
 	}
