@@ -1,11 +1,13 @@
 package rally_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net/http/httptest"
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/internal/rawpeer"
@@ -153,4 +155,55 @@ func TestAReadingGoroutineNeverYieldsForSmallMessages(t *testing.T) {
 			t.Errorf("the reading goroutine let the others run %d times while its peer pipelined small messages over %s", n, path.name)
 		}
 	})
+}
+
+// While readers whose peers stream wait for their turn (the gate that
+// lets one a processor into the run queue is full), another connection's
+// first read of a large message takes 4 KiB and then waits for its turn
+// behind them, as an event loop serves a connection's first delivery:
+// a thousand clients that connect and stream at once are not a thousand
+// reads of 256 KiB ahead of a fresh client (its echo waited 0.5-0.7 s at
+// p99 in goroutine mode; 20 ms since). The message arrives whole once
+// the others had their turns; with the gate free, nothing is cut.
+func TestAFirstLargeReadWaitsItsTurnBehindStreamingReaders(t *testing.T) {
+	if os.Getenv("RALLY_TEST_EVENT_LOOP") == "1" {
+		t.Skip("every Server runs on event loops here (RALLY_TEST_EVENT_LOOP), which share their turns instead")
+	}
+	const size = 1 << 20
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	wire := rawpeer.Build(rawpeer.Frame{Fin: true, Opcode: rawpeer.OpBinary, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Payload: payload})
+	var cut atomic.Int64
+	release := rally.HoldStreamGate(t, func() { cut.Add(1) })
+	got := make(chan []byte, 1)
+	s := &rally.Server{
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: size}},
+		Message: func(c *rally.Conn, _ rally.MessageType, p []byte) { got <- bytes.Clone(p) },
+	}
+	url := serve(t, s)
+	p := dialPeer(t, url)
+	go p.WriteRaw(wire)
+	for deadline := time.Now().Add(wireTimeout()); cut.Load() == 0; {
+		select {
+		case m := <-got:
+			t.Fatalf("a message of %d bytes was read whole while the gate was full, its first read not cut", len(m))
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no read was cut to a first share while the gate was full")
+		}
+	}
+	release()
+	m := waitOrFail(t, got, "the message once the gate has room")
+	if !bytes.Equal(m, payload) {
+		t.Fatalf("the message arrived changed (%d bytes, want %d)", len(m), size)
+	}
+	before := cut.Load()
+	go p.WriteRaw(wire)
+	waitOrFail(t, got, "a second message")
+	if n := cut.Load() - before; n != 0 {
+		t.Errorf("with the gate free, %d reads were cut", n)
+	}
 }
