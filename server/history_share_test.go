@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bufio"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,16 +57,7 @@ func neverReading(t *testing.T, addr, path, text string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-	if _, err := nc.Write([]byte(req)); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(nc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
+	br := rawHandshake(t, nc, addr, path)
 	// FIN text, masked with the key 0 (RFC 6455 5.2): the payload as it is.
 	msg := append([]byte{0x81, 0x80 | byte(len(text)), 0, 0, 0, 0}, text...)
 	if _, err := nc.Write(msg); err != nil {

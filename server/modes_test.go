@@ -224,16 +224,25 @@ func rawWebSocket(t *testing.T, addr, path string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
+	rawHandshake(t, nc, addr, path)
+	return nc
+}
+
+// rawHandshake makes nc a WebSocket on path by hand and returns the
+// reader of what the server sent, the 101 read.
+func rawHandshake(t *testing.T, nc net.Conn, addr, path string) *bufio.Reader {
+	t.Helper()
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
 	if _, err := nc.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: %v %v", resp, err)
 	}
-	return nc
+	return br
 }
 
 func TestEventLoopModeHoldsIdleConnectionsWithoutAGoroutineEach(t *testing.T) {
