@@ -176,7 +176,14 @@ func TestAFirstLargeReadWaitsItsTurnBehindStreamingReaders(t *testing.T) {
 	}
 	wire := rawpeer.Build(rawpeer.Frame{Fin: true, Opcode: rawpeer.OpBinary, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Payload: payload})
 	var cut atomic.Int64
-	release := rally.HoldStreamGate(t, func() { cut.Add(1) })
+	firstCut := make(chan struct{}, 1)
+	release := rally.HoldStreamGate(t, func() {
+		cut.Add(1)
+		select {
+		case firstCut <- struct{}{}:
+		default:
+		}
+	})
 	got := make(chan []byte, 1)
 	s := &rally.Server{
 		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: size}},
@@ -185,15 +192,12 @@ func TestAFirstLargeReadWaitsItsTurnBehindStreamingReaders(t *testing.T) {
 	url := serve(t, s)
 	p := dialPeer(t, url)
 	go p.WriteRaw(wire)
-	for deadline := time.Now().Add(wireTimeout()); cut.Load() == 0; {
-		select {
-		case m := <-got:
-			t.Fatalf("a message of %d bytes was read whole while the gate was full, its first read not cut", len(m))
-		case <-time.After(time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no read was cut to a first share while the gate was full")
-		}
+	select {
+	case <-firstCut:
+	case m := <-got:
+		t.Fatalf("a message of %d bytes was read whole while the gate was full, its first read not cut", len(m))
+	case <-time.After(wireTimeout()):
+		t.Fatal("no read was cut to a first share while the gate was full")
 	}
 	release()
 	m := waitOrFail(t, got, "the message once the gate has room")

@@ -65,7 +65,6 @@ type adversaryClient struct {
 	behaviour string
 	start     time.Duration // after the attackers' phase began
 	n         int           // a size or count drawn for the behaviour
-	from      int           // its place in the draw: which address it comes from
 }
 
 // drawAdversary returns the clients seed picks, in order.
@@ -89,7 +88,6 @@ func drawAdversary(seed uint64, conns int, spread time.Duration) []adversaryClie
 			out[i].start = time.Duration(rng.Int64N(int64(spread)))
 		}
 		out[i].n = rng.IntN(1 << 16)
-		out[i].from = i
 	}
 	return out
 }
@@ -133,14 +131,14 @@ func (h *hostileRun) adversary(ctx context.Context) {
 	h.yieldCPU()
 	h.res.FastSoloRate = f.rate(ctx, h.cfg.Duration/6)
 	var wg sync.WaitGroup
-	for _, c := range clients {
+	for i, c := range clients {
 		if wellBehaved(c.behaviour) {
-			wg.Go(func() { a.run(ctx, c) })
+			wg.Go(func() { a.run(ctx, c, i) })
 		}
 	}
 	h.res.FastPeersRate = f.rate(ctx, h.cfg.Duration/6)
 	began := time.Now()
-	for _, c := range clients {
+	for i, c := range clients {
 		if wellBehaved(c.behaviour) {
 			continue
 		}
@@ -152,7 +150,7 @@ func (h *hostileRun) adversary(ctx context.Context) {
 				case <-time.After(wait):
 				}
 			}
-			a.run(ctx, c)
+			a.run(ctx, c, i)
 		})
 	}
 	h.measureUnderAttack(ctx, f)
@@ -200,13 +198,14 @@ func attackerAddress(i int) string {
 	return netip.AddrFrom4([4]byte{198, 18, byte((i + 1) >> 8), byte(i + 1)}).String()
 }
 
-// targets returns the endpoints as client c reaches them: from its
-// address if it is an attacker and the run names addresses.
-func (a *adversaryRun) targets(c adversaryClient) adversaryTargets {
+// targets returns the endpoints as client c, the i-th of the draw,
+// reaches them: from its address if it is an attacker and the run names
+// addresses.
+func (a *adversaryRun) targets(c adversaryClient, i int) adversaryTargets {
 	if wellBehaved(c.behaviour) || len(a.remote) == 0 {
 		return a.local
 	}
-	return a.remote[c.from%len(a.remote)]
+	return a.remote[i%len(a.remote)]
 }
 
 // floodTopic is the topic the publisher floods, the fast subscriber and
@@ -231,9 +230,9 @@ func subscribeFrameAt(topic string, offset uint64, epoch string) []byte {
 
 // run is one client doing its behaviour until ctx ends or the server
 // ends the connection; what the server answered is counted.
-func (a *adversaryRun) run(ctx context.Context, c adversaryClient) {
+func (a *adversaryRun) run(ctx context.Context, c adversaryClient, i int) {
 	h := a.h
-	t := a.targets(c)
+	t := a.targets(c, i)
 	switch c.behaviour {
 	case "slowloris":
 		conn := a.dialRaw(ctx)
