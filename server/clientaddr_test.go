@@ -109,3 +109,35 @@ func TestClientsOfALocalProxyAreRateLimitedByTheirOwnAddress(t *testing.T) {
 	dial(t, ts.ws+"/ws", nil)
 	dial(t, ts.ws+"/ws", nil)
 }
+
+// The same over HTTP/2 (RFC 8441, h2c): a WebSocket stream's CONNECT is
+// counted by the address its X-Forwarded-For names, whatever stream of
+// whatever connection it comes on.
+func TestClientsOfALocalProxyAreRateLimitedByTheirOwnAddressOverHTTP2(t *testing.T) {
+	addr, stop := serveConfig(t, Config{ShutdownTimeout: 2 * time.Second, H2C: true, HandshakeRate: 0.001})
+	defer stop()
+	tr := &http.Transport{ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	status := func(client string) int {
+		t.Helper()
+		opts := &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr, Header: http.Header{"X-Forwarded-For": {client}}}
+		c, resp, err := rally.Dial(testContext(t), "ws://"+addr+"/ws", opts)
+		if err == nil {
+			c.CloseNow()
+			return http.StatusOK // an HTTP/2 WebSocket is accepted with 200
+		}
+		if resp == nil {
+			t.Fatalf("dial: %v", err)
+		}
+		return resp.StatusCode
+	}
+	if got := status("203.0.113.9"); got != http.StatusOK {
+		t.Fatalf("first stream of 203.0.113.9: %d, want 200", got)
+	}
+	if got := status("203.0.113.9"); got != http.StatusTooManyRequests {
+		t.Errorf("second stream of 203.0.113.9: %d, want 429", got)
+	}
+	if got := status("203.0.113.10"); got != http.StatusOK {
+		t.Errorf("first stream of 203.0.113.10: %d, want 200", got)
+	}
+}
