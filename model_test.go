@@ -25,11 +25,12 @@ import (
 )
 
 // The model-based test of Conn's write side. rapid draws a sequence of
-// operations (Send, SendDone, SendPrepared, Write, WritePrepared, a Writer's
-// fragments, Ping, Close, CloseNow, cancelled and expiring contexts) and of
-// raw-peer behaviours (read fast or slowly, stop reading, ping, reset),
-// runs it against a real connection on loopback, and holds what the peer
-// received against a model built from what each call reported:
+// operations (Send, SendDone, SendPrepared, SendPreparedDone, Write,
+// WritePrepared, a Writer's fragments, Ping, Close, CloseNow, cancelled
+// and expiring contexts) and of raw-peer behaviours (read fast or
+// slowly, stop reading, ping, reset), runs it against a real connection
+// on loopback, and holds what the peer received against a model built
+// from what each call reported:
 //
 //   - a message reported sent, queued, completed with nil, or written (nil)
 //     is on the wire, byte for byte, in the order the calls were accepted;
@@ -742,26 +743,27 @@ func (m *model) checkLeftAfter(call string) {
 
 func (m *model) actions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"Send":          m.send,
-		"SendBurst":     m.sendBurst,
-		"SendDone":      m.sendDone,
-		"SendPrepared":  m.sendPrepared,
-		"SendFanOut":    m.sendFanOut,
-		"SendReused":    m.sendReused,
-		"Write":         m.write,
-		"WritePrepared": m.writePrepared,
-		"WriterOpen":    m.writerOpen,
-		"WriterWrite":   m.writerWrite,
-		"WriterClose":   m.writerClose,
-		"Ping":          m.ping,
-		"Close":         m.close,
-		"CloseNow":      m.closeNow,
-		"Quiesce":       m.quiesce,
-		"PeerPause":     func(*rapid.T) { m.pr.pause() },
-		"PeerResume":    func(*rapid.T) { m.pr.resume() },
-		"PeerSlow":      func(t *rapid.T) { m.pr.setSlow(rapid.Bool().Draw(t, "slow")) },
-		"PeerPing":      m.peerPing,
-		"PeerReset":     m.peerReset,
+		"Send":             m.send,
+		"SendBurst":        m.sendBurst,
+		"SendDone":         m.sendDone,
+		"SendPrepared":     m.sendPrepared,
+		"SendPreparedDone": m.sendPreparedDone,
+		"SendFanOut":       m.sendFanOut,
+		"SendReused":       m.sendReused,
+		"Write":            m.write,
+		"WritePrepared":    m.writePrepared,
+		"WriterOpen":       m.writerOpen,
+		"WriterWrite":      m.writerWrite,
+		"WriterClose":      m.writerClose,
+		"Ping":             m.ping,
+		"Close":            m.close,
+		"CloseNow":         m.closeNow,
+		"Quiesce":          m.quiesce,
+		"PeerPause":        func(*rapid.T) { m.pr.pause() },
+		"PeerResume":       func(*rapid.T) { m.pr.resume() },
+		"PeerSlow":         func(t *rapid.T) { m.pr.setSlow(rapid.Bool().Draw(t, "slow")) },
+		"PeerPing":         m.peerPing,
+		"PeerReset":        m.peerReset,
 	}
 }
 
@@ -809,22 +811,43 @@ func (m *model) sendBurst(t *rapid.T) {
 	}
 }
 
-func (m *model) sendDone(t *rapid.T) {
-	msg := m.newMessage("SendDone", drawType(t), drawSize(t, "size"))
+func (m *model) sendDone(t *rapid.T) { m.sendWithCompletion(t, false) }
+
+// sendPreparedDone is sendDone with a prepared message: a frame shared
+// with other queues, and a completion.
+func (m *model) sendPreparedDone(t *rapid.T) { m.sendWithCompletion(t, true) }
+
+func (m *model) sendWithCompletion(t *rapid.T, prepared bool) {
+	call := "SendDone"
+	if prepared {
+		call = "SendPreparedDone"
+	}
+	msg := m.newMessage(call, drawType(t), drawSize(t, "size"))
 	comp := &completion{}
 	m.completions[msg.id] = comp
 	wasEnded := m.ended()
-	st, err := m.c.SendDone(msg.typ, msg.payload, func(err error) {
+	done := func(err error) {
 		comp.err.CompareAndSwap(nil, fmt.Sprint(err))
 		comp.calls.Add(1)
-	})
+	}
+	var st rally.SendStatus
+	var err error
+	if prepared {
+		pm, perr := rally.NewPreparedMessage(msg.typ, msg.payload)
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		st, err = m.c.SendPreparedDone(pm, done)
+	} else {
+		st, err = m.c.SendDone(msg.typ, msg.payload, done)
+	}
 	comp.dropped = st == rally.Dropped
 	msg.result = fmt.Sprint(st, ", ", err)
 	msg.fate = m.sendFate(st, err, wasEnded)
-	// A failure is reported once: by SendDone's result or by its
+	// A failure is reported once: by the call's result or by its
 	// completion, never both.
 	if err != nil && comp.calls.Load() > 0 {
-		t.Errorf("SendDone returned %v, %v and its completion also reported %v", st, err, comp.err.Load())
+		t.Errorf("%s returned %v, %v and its completion also reported %v", call, st, err, comp.err.Load())
 	}
 }
 

@@ -106,13 +106,25 @@ func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 // A message NewPreparedMessage did not make is refused at the call with
 // ErrInvalidPreparedMessage (Dropped); nothing is queued.
 func (c *Conn) SendPrepared(pm *PreparedMessage) (SendStatus, error) {
+	return c.sendPrepared(pm, nil)
+}
+
+// SendPreparedDone is SendDone for a prepared message: unless the message
+// is Dropped, done is called exactly once, as SendDone says. A paced
+// sender (a replay that sends the next batch once the last one left)
+// shares the frame as SendPrepared does.
+func (c *Conn) SendPreparedDone(pm *PreparedMessage, done func(err error)) (SendStatus, error) {
+	return c.sendPrepared(pm, done)
+}
+
+func (c *Conn) sendPrepared(pm *PreparedMessage, done func(error)) (SendStatus, error) {
 	if err := c.checkPrepared(pm); err != nil {
 		return Dropped, err
 	}
 	if f := c.preparedFrame(pm); f != nil {
-		return c.sendFrame(frame.Opcode(pm.typ), nil, f, nil, CompressAuto)
+		return c.sendFrame(frame.Opcode(pm.typ), nil, f, done, CompressAuto)
 	}
-	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, nil, CompressAuto)
+	return c.sendFrame(frame.Opcode(pm.typ), pm.payload, nil, done, CompressAuto)
 }
 
 // WritePrepared is Write for a prepared message; one NewPreparedMessage

@@ -29,7 +29,7 @@ func TestASubscribeWaitingForABusyTopicDoesNotHoldUpOtherTopics(t *testing.T) {
 
 	delivered := make(chan struct{})
 	go func() {
-		h.deliver(nil, "other", 1, 0, []byte("m"))
+		h.deliver(nil, "other", 1, 0, framed([]byte("m")))
 		h.add(new(rally.Conn), "other")
 		close(delivered)
 	}()

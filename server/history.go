@@ -101,10 +101,10 @@ const (
 const closeInsufficientState = 4010
 
 // recovery is what a history holds after a position: the deliveries
-// (positions included) in order, or why it cannot say (reason), and the
-// topic's position at the time of reading.
+// (positions included), framed, in order, or why it cannot say (reason),
+// and the topic's position at the time of reading.
 type recovery struct {
-	envs   [][]byte
+	msgs   []*rally.PreparedMessage
 	top    position
 	reason string
 }
@@ -154,7 +154,19 @@ type histSub struct {
 
 type histMsg struct {
 	offset, prev uint64
-	env          []byte
+	pm           *rally.PreparedMessage
+}
+
+// framed frames a delivery (env) once for all its receivers: the history
+// that keeps it, each subscriber's queue that must wait to send it, each
+// replay that sends it again. A queue refers to the frame instead of
+// copying it, and the memory budget charges it once however many do.
+func framed(env []byte) *rally.PreparedMessage {
+	pm, err := rally.NewPreparedMessage(rally.Text, env)
+	if err != nil {
+		panic(err) // Text is a message type
+	}
+	return pm
 }
 
 func newHistHub(bufferLimit int) *histHub {
@@ -267,8 +279,9 @@ func (h *histHub) count(topic string) int {
 // recover them.
 //
 // from, if not nil, is the publisher, in one of whose callbacks deliver
-// runs: the sends join its cork (one write per batch of publishes).
-func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, env []byte) {
+// runs: the sends join its cork (one write per batch of publishes). pm is
+// the delivery, framed (see framed).
+func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, pm *rally.PreparedMessage) {
 	h.mu.RLock()
 	t, _ := h.topics.Get(topic)
 	h.mu.RUnlock()
@@ -276,7 +289,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 		return
 	}
 	var res pubsub.Result
-	var pm *rally.PreparedMessage
+	size := int64(len(pm.Payload()))
 	t.mu.Lock()
 	for c, s := range t.subs.All() {
 		if s.buffering {
@@ -284,13 +297,13 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 			case len(s.buf) > 0 && offset <= s.buf[len(s.buf)-1].offset:
 			case len(s.buf) >= h.bufferLimit || s.overflow:
 				s.overflow = true
-			case !h.budget.Reserve(rally.MemoryRecovery, histMsgCost+int64(len(env))):
+			case !h.budget.Reserve(rally.MemoryRecovery, histMsgCost+size):
 				// No room: the subscriber will recover it (4010).
 				s.overflow = true
 				h.drop(s)
 			default:
-				s.buf = append(s.buf, histMsg{offset, prev, env})
-				s.charged += histMsgCost + int64(len(env))
+				s.buf = append(s.buf, histMsg{offset, prev, pm})
+				s.charged += histMsgCost + size
 			}
 			continue
 		}
@@ -306,13 +319,6 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 		if from != nil {
 			c.JoinCork(from)
 		}
-		if pm == nil {
-			// Framed once, at the first subscriber it goes to: a queue
-			// that must keep it (its peer reads slowly) refers to this
-			// frame instead of copying it, and the memory budget charges
-			// it once however many queues do.
-			pm, _ = rally.NewPreparedMessage(rally.Text, env)
-		}
 		if st, err := c.SendPrepared(pm); err != nil || st == rally.Dropped {
 			res.Add(rally.Dropped, err) // a closing subscriber counts in Closing too
 			c.Close(closeInsufficientState, "insufficient state")
@@ -322,7 +328,7 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, e
 	}
 	t.mu.Unlock()
 	if h.onDeliver != nil {
-		h.onDeliver(res, len(env))
+		h.onDeliver(res, int(size))
 	}
 }
 
@@ -384,7 +390,7 @@ func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64
 			c.Close(closeInsufficientState, "insufficient state")
 			return false
 		}
-		if st, err := c.Send(rally.Text, m.env); err != nil || st == rally.Dropped {
+		if st, err := c.SendPrepared(m.pm); err != nil || st == rally.Dropped {
 			c.Close(closeInsufficientState, "insufficient state")
 			return false
 		}
@@ -433,8 +439,8 @@ func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *
 		// written: charged, or not replayed (the client learns it
 		// was not recovered, and goes on from the top).
 		held := int64(0)
-		for _, env := range r.envs {
-			held += histMsgCost + int64(len(env))
+		for _, pm := range r.msgs {
+			held += histMsgCost + int64(len(pm.Payload()))
 		}
 		if !s.budget.Reserve(rally.MemoryRecovery, held) {
 			s.m.refusals.WithLabelValues("recovery_memory").Inc()
@@ -462,11 +468,11 @@ func (s *Server) subscribeHistory(c *rally.Conn, topic string, id []byte, from *
 		if err := c.Write(ctx, rally.Text, ack); err != nil {
 			return
 		}
-		if err := replay(ctx, c, r.envs); err != nil {
+		if err := replay(ctx, c, r.msgs); err != nil {
 			c.Close(closeInsufficientState, "insufficient state")
 			return
 		}
-		s.m.messagesOut.WithLabelValues("message").Add(float64(len(r.envs)))
+		s.m.messagesOut.WithLabelValues("message").Add(float64(len(r.msgs)))
 		s.histHub.goLive(c, topic, sub, r.top.offset, nil)
 	}()
 }
@@ -486,23 +492,23 @@ const (
 // reconnect storm of 2,000 clients recovering 999 messages, again and
 // again, made 230,000 of them a second, and a fresh client's handshake
 // waited 100-260 ms for a processor.
-func replay(ctx context.Context, c *rally.Conn, envs [][]byte) error {
+func replay(ctx context.Context, c *rally.Conn, msgs []*rally.PreparedMessage) error {
 	left := make(chan error, 1)
 	done := func(err error) { left <- err }
-	for len(envs) > 0 {
+	for len(msgs) > 0 {
 		n, size := 0, 0
-		for n < len(envs) && n < replayBatch && (n == 0 || size+len(envs[n]) <= replayBatchBytes) {
-			size += len(envs[n])
+		for n < len(msgs) && n < replayBatch && (n == 0 || size+len(msgs[n].Payload()) <= replayBatchBytes) {
+			size += len(msgs[n].Payload())
 			n++
 		}
 		var err error
 		c.Cork(func() {
-			for i, env := range envs[:n] {
+			for i, pm := range msgs[:n] {
 				var st rally.SendStatus
 				if i < n-1 {
-					st, err = c.Send(rally.Text, env)
+					st, err = c.SendPrepared(pm)
 				} else {
-					st, err = c.SendDone(rally.Text, env, done)
+					st, err = c.SendPreparedDone(pm, done)
 				}
 				if err == nil && st == rally.Dropped {
 					err = errReplayDropped
@@ -523,7 +529,7 @@ func replay(ctx context.Context, c *rally.Conn, envs [][]byte) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		envs = envs[n:]
+		msgs = msgs[n:]
 	}
 	return nil
 }
@@ -600,7 +606,7 @@ func subscribeAck(id []byte, topic string, r *recovery, recovered *bool, client 
 		b = strconv.AppendBool(b, *recovered)
 		if *recovered {
 			b = append(b, `,"replayed":`...)
-			b = strconv.AppendInt(b, int64(len(r.envs)), 10)
+			b = strconv.AppendInt(b, int64(len(r.msgs)), 10)
 		} else {
 			b = append(b, `,"reason":"`...)
 			b = append(b, r.reason...)

@@ -39,7 +39,7 @@ func (h *HistoryConfig) storeDir(addr string) string {
 type jsHistory struct {
 	h       *natsbroker.History
 	timeout time.Duration
-	deliver func(from *rally.Conn, topic string, offset, prev uint64, env []byte)
+	deliver func(from *rally.Conn, topic string, offset, prev uint64, pm *rally.PreparedMessage)
 }
 
 // opTimeout bounds one request to JetStream.
@@ -86,8 +86,8 @@ func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
 // node joining a stream others publish to got records at once, and read
 // j.h unset; the epoch comes with the record.
 func (j *jsHistory) handle(r natsbroker.Record) {
-	env := positionedEnvelope(r.Topic, r.Seq, r.Epoch, r.Data, r.Base64)
-	j.deliver(nil, r.Topic, r.Seq, r.Prev, env)
+	pm := framed(positionedEnvelope(r.Topic, r.Seq, r.Epoch, r.Data, r.Base64))
+	j.deliver(nil, r.Topic, r.Seq, r.Prev, pm)
 }
 
 func (j *jsHistory) publish(_ *rally.Conn, topic string, data []byte, base64 bool) (position, error) {
@@ -123,7 +123,7 @@ func (j *jsHistory) since(topic string, pos position, limit int) (recovery, erro
 		return recovery{}, err
 	}
 	for _, rec := range recs {
-		r.envs = append(r.envs, positionedEnvelope(topic, rec.Seq, r.top.epoch, rec.Data, rec.Base64))
+		r.msgs = append(r.msgs, framed(positionedEnvelope(topic, rec.Seq, r.top.epoch, rec.Data, rec.Base64)))
 	}
 	return r, nil
 }

@@ -18,7 +18,7 @@ type memHistory struct {
 	age     time.Duration
 	metaTTL time.Duration
 	now     func() time.Time
-	deliver func(from *rally.Conn, topic string, offset, prev uint64, env []byte)
+	deliver func(from *rally.Conn, topic string, offset, prev uint64, pm *rally.PreparedMessage)
 	inUse   func(topic string) bool // has subscribers here
 
 	mu     sync.Mutex
@@ -38,10 +38,10 @@ type memTopic struct {
 type memRecord struct {
 	offset uint64
 	at     time.Time
-	env    []byte // the delivery, position included
+	pm     *rally.PreparedMessage // the delivery, position included, framed
 }
 
-func newMemHistory(size int, age time.Duration, deliver func(*rally.Conn, string, uint64, uint64, []byte)) *memHistory {
+func newMemHistory(size int, age time.Duration, deliver func(*rally.Conn, string, uint64, uint64, *rally.PreparedMessage)) *memHistory {
 	return &memHistory{
 		size: size, age: age, metaTTL: max(24*time.Hour, 2*age),
 		now: time.Now, deliver: deliver, topics: map[string]*memTopic{},
@@ -107,15 +107,15 @@ func (h *memHistory) publish(from *rally.Conn, topic string, data []byte, base64
 	defer t.mu.Unlock()
 	t.top++
 	t.last = now
-	env := positionedEnvelope(topic, t.top, t.epoch, data, base64)
+	pm := framed(positionedEnvelope(topic, t.top, t.epoch, data, base64))
 	t.trimLocked(now, h.age)
 	if len(t.recs) >= h.size {
 		n := len(t.recs) - h.size + 1
 		clear(t.recs[:n])
 		t.recs = t.recs[n:]
 	}
-	t.recs = append(t.recs, memRecord{offset: t.top, at: now, env: env})
-	h.deliver(from, topic, t.top, t.top-1, env)
+	t.recs = append(t.recs, memRecord{offset: t.top, at: now, pm: pm})
+	h.deliver(from, topic, t.top, t.top-1, pm)
 	return position{t.top, t.epoch}, nil
 }
 
@@ -142,7 +142,7 @@ func (h *memHistory) since(topic string, pos position, limit int) (recovery, err
 	}
 	i := int(pos.offset + 1 - t.recs[0].offset)
 	for _, rec := range t.recs[i:] {
-		r.envs = append(r.envs, rec.env)
+		r.msgs = append(r.msgs, rec.pm)
 	}
 	return r, nil
 }

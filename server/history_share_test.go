@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -42,10 +44,48 @@ func TestAHistoryDeliveryWaitingForManySubscribersIsHeldOnce(t *testing.T) {
 	}
 }
 
+// A replay shares the history's frames the same way: clients that
+// recover the same messages and read slowly keep one frame between them
+// in their queues, not a copy each.
+func TestReplaysOfTheSameMessagesToSlowReadersHoldThemOnce(t *testing.T) {
+	budget := rally.NewMemoryBudget(1 << 30)
+	cfg := Config{History: HistoryConfig{Topics: []string{"h"}}, MaxMessageBytes: 1 << 20}
+	cfg.Protection.MemoryBudget = budget
+	ts := serve(t, cfg)
+	addr := strings.TrimPrefix(ts.http, "http://")
+	pub := dial(t, ts.ws+"/ws", nil)
+	const size = 256 << 10
+	data := strings.Repeat("x", size)
+	pub.send(`{"type":"publish","topic":"h","id":1,"data":"` + data + `"}`)
+	ack := pub.frame()
+	if ack.Type != "ack" || ack.Offset == nil {
+		t.Fatalf("got %+v, want the publish's ack with its position", ack)
+	}
+	const subscribers = 4
+	from := fmt.Sprintf(`{"type":"subscribe","topic":"h","offset":%d,"epoch":%q}`, *ack.Offset-1, ack.Epoch)
+	for range subscribers {
+		br := neverReading(t, addr, "/ws", from)
+		// The replay has begun: the message is in this client's queue.
+		if _, err := br.ReadByte(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := budget.Stats()[rally.MemorySendQueues].Used
+	t.Logf("%d KiB charged for send queues", used>>10)
+	if used < size/2 {
+		t.Fatalf("%d bytes charged for send queues: the replays' queues hold less than half the message", used)
+	}
+	if used > 3*size/2 {
+		t.Errorf("%d clients wait for the replay of a message of %d KiB: %d KiB charged for send queues, want the frame once (copies: about %d KiB)",
+			subscribers, size>>10, used>>10, subscribers*size>>10)
+	}
+}
+
 // neverReading opens a WebSocket on path by hand with a 4 KiB receive
 // buffer, sends text (under 126 bytes) as one message, reads the server's
-// first message (the ack of a subscribe), and nothing after it.
-func neverReading(t *testing.T, addr, path, text string) {
+// first message (the ack of a subscribe), and nothing after it unless
+// its caller reads on from the reader it returns.
+func neverReading(t *testing.T, addr, path, text string) *bufio.Reader {
 	t.Helper()
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var err error
@@ -70,4 +110,5 @@ func neverReading(t *testing.T, addr, path, text string) {
 	if _, err := io.ReadFull(br, make([]byte, head[1])); err != nil {
 		t.Fatal(err)
 	}
+	return br
 }
