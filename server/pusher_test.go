@@ -512,18 +512,21 @@ func TestPusherClusterState(t *testing.T) {
 	alsoB.expectEvent("pusher_internal:subscription_succeeded", "presence-room")
 	pusherAwait(t, a, "/apps/3/channels/presence-room", url.Values{"info": {"user_count,subscription_count"}}, `"subscription_count":3`)
 	// A client event from B: its webhook (client_event) comes after any
-	// webhook B sent before.
+	// webhook B sent before. A's (alice's member_added, channel_occupied)
+	// come in their own requests, in any order with B's: wait for both
+	// nodes', then nothing more may have come.
 	alsoB.send(`{"event":"client-x","channel":"presence-room","data":{}}`)
 	var names []string
-	for e := range got {
-		names = append(names, e.Name)
-		if e.Name == "client_event" {
-			break
-		}
-	}
 	count := map[string]int{}
-	for _, n := range names {
-		count[n]++
+	ctx := testContext(t)
+	for count["client_event"] == 0 || count["channel_occupied"] == 0 || count["member_added"] < 2 {
+		select {
+		case e := <-got:
+			names = append(names, e.Name)
+			count[e.Name]++
+		case <-ctx.Done():
+			t.Fatalf("webhooks %v: want channel_occupied, member_added for alice and bob, and the client event", names)
+		}
 	}
 	if count["channel_occupied"] != 1 || count["member_added"] != 2 {
 		t.Fatalf("webhooks %v: want channel_occupied once and member_added for alice and bob", names)
