@@ -269,12 +269,12 @@ func (h *hostileRun) closeAll() {
 	h.conns, h.others = nil, nil
 }
 
-// bombSize is what a bomb inflates to by default: 2 GiB, or the most
-// whole MiB an int holds where that is less (32-bit platforms).
 // afterLimit is the most the server's own memory may be, Settle after an
 // attack, against what it was before: the hostile target of docs/SERVE.md.
 const afterLimit = 1.5
 
+// bombSize is what a bomb inflates to by default: 2 GiB, or the most
+// whole MiB an int holds where that is less (32-bit platforms).
 const bombSize = min(2<<30, math.MaxInt>>20<<20)
 
 func hostileDefaults(cfg HostileConfig) HostileConfig {
