@@ -94,7 +94,7 @@ run many-subs many-subs /ws
 run reconnect-old reconnect-old /ws
 run bomb bomb /echo
 run adversary adversary /ws --seed "${HOSTILE_SEED:-1}"
-echo "rally serve ${flags[*]}: results in $out/, its log in $out/serve.log"
+echo "rally serve${flags[*]:+ ${flags[*]}}: results in $out/, its log in $out/serve.log"
 
 row=${HOSTILE_LIMIT_ROW:-512MiB}
 if [ -z "$limit" ] && [ "$row" != none ]; then
@@ -102,6 +102,6 @@ if [ -z "$limit" ] && [ "$row" != none ]; then
 	echo
 	start_server "$out/serve-limit.log" --memory-limit "$row" "${flags[@]}"
 	run partial-echo-limit-memory-limit partial /echo --size 1048575 --max-rss "$row"
-	echo "rally serve --memory-limit $row ${flags[*]}: partial at /echo's limit, its log in $out/serve-limit.log"
+	echo "rally serve --memory-limit $row${flags[*]:+ ${flags[*]}}: partial at /echo's limit, its log in $out/serve-limit.log"
 fi
 exit $status

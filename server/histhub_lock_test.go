@@ -14,7 +14,7 @@ import (
 // deliveries to other topics meanwhile: before, it waited holding the
 // hub's lock, which every delivery takes.
 func TestASubscribeWaitingForABusyTopicDoesNotHoldUpOtherTopics(t *testing.T) {
-	h := newHistHub(10)
+	h := newHistHub(10, 10)
 	h.add(new(rally.Conn), "busy")
 	h.mu.RLock()
 	busy, _ := h.topics.Get("busy")
@@ -48,7 +48,7 @@ func TestASubscribeWaitingForABusyTopicDoesNotHoldUpOtherTopics(t *testing.T) {
 // A subscribe to a topic whose last subscriber is leaving lands in the
 // topic that replaces it, not in the one being taken out.
 func TestASubscribeRacingTheLastUnsubscribeOfItsTopicIsKept(t *testing.T) {
-	h := newHistHub(10)
+	h := newHistHub(10, 10)
 	for range 1000 {
 		a, b := new(rally.Conn), new(rally.Conn)
 		h.add(a, "t")

@@ -126,8 +126,9 @@ type historyStore interface {
 type histHub struct {
 	mu     sync.RWMutex
 	topics shrinkmap.Map[string, *histTopic] // gives back the room of topics gone
-	// bufferLimit bounds the messages a buffering subscriber holds.
-	bufferLimit int
+	// bufferLimit bounds the messages a buffering subscriber holds;
+	// lagLimit those a lagging one holds (see histSub.lagging).
+	bufferLimit, lagLimit int
 	// budget is charged for the subscribers and their buffers.
 	budget    *rally.MemoryBudget
 	onDeliver func(res pubsub.Result, size int)
@@ -143,9 +144,18 @@ type histTopic struct {
 
 type histSub struct {
 	buffering bool
-	buf       []histMsg
-	charged   int64 // to the budget's recovery category, for buf
-	overflow  bool
+	// lagging is set, with buffering, on a live subscriber whose queue
+	// refused a delivery (its peer reads slower than the topic is
+	// published, for now): the delivery and the ones after it wait in
+	// buf, in order, and go once its queue has emptied (resume), instead
+	// of the connection being closed to reconnect and recover them. A
+	// subscriber that falls further behind than lagLimit messages is
+	// closed with 4010; one whose queue stays full is cut by the slow
+	// subscriber watch (4010 too).
+	lagging  bool
+	buf      []histMsg
+	charged  int64 // to the budget's recovery category, for buf
+	overflow bool
 	// sent is the offset of the last message sent to the subscriber:
 	// a later delivery at or before it is a duplicate (with NATS, the
 	// replay read from JetStream may be ahead of this node's delivery).
@@ -169,8 +179,8 @@ func framed(env []byte) *rally.PreparedMessage {
 	return pm
 }
 
-func newHistHub(bufferLimit int) *histHub {
-	return &histHub{bufferLimit: bufferLimit}
+func newHistHub(bufferLimit, lagLimit int) *histHub {
+	return &histHub{bufferLimit: bufferLimit, lagLimit: lagLimit}
 }
 
 // histSubCost estimates what a subscriber of a history topic costs in
@@ -293,17 +303,15 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, p
 	t.mu.Lock()
 	for c, s := range t.subs.All() {
 		if s.buffering {
-			switch {
-			case len(s.buf) > 0 && offset <= s.buf[len(s.buf)-1].offset:
-			case len(s.buf) >= h.bufferLimit || s.overflow:
-				s.overflow = true
-			case !h.budget.Reserve(rally.MemoryRecovery, histMsgCost+size):
-				// No room: the subscriber will recover it (4010).
-				s.overflow = true
-				h.drop(s)
-			default:
-				s.buf = append(s.buf, histMsg{offset, prev, pm})
-				s.charged += histMsgCost + size
+			if !h.keep(s, histMsg{offset, prev, pm}) && s.lagging {
+				// It fell further behind than it may: it recovers them.
+				h.endLag(c, s)
+				res.Dropped++
+				c.Close(closeInsufficientState, "insufficient state")
+				continue
+			}
+			if s.lagging {
+				res.Queued++
 			}
 			continue
 		}
@@ -319,7 +327,23 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, p
 		if from != nil {
 			c.JoinCork(from)
 		}
-		if st, err := c.SendPrepared(pm); err != nil || st == rally.Dropped {
+		st, err := c.SendPrepared(pm)
+		if err == nil && st == rally.Dropped {
+			// Its queue is at its limit: it lags until the queue empties.
+			s.buffering, s.lagging = true, true
+			lagging(c, 1)
+			if h.keep(s, histMsg{offset, prev, pm}) {
+				res.Queued++
+				if c.BufferedAmount() == 0 {
+					// It emptied before its drain callback could see it
+					// lagging: no drain is coming for it.
+					go h.resume(c, topic)
+				}
+				continue
+			}
+			h.endLag(c, s)
+		}
+		if err != nil || st == rally.Dropped {
 			res.Add(rally.Dropped, err) // a closing subscriber counts in Closing too
 			c.Close(closeInsufficientState, "insufficient state")
 			continue
@@ -329,6 +353,106 @@ func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, p
 	t.mu.Unlock()
 	if h.onDeliver != nil {
 		h.onDeliver(res, int(size))
+	}
+}
+
+// keep puts m in s's buffer, charged to the budget, and reports whether
+// s has every message since it began buffering (it did not overflow). A
+// message there already (with NATS, a replay may be ahead of this node's
+// delivery) is left out. A buffering subscriber's messages are charged
+// whole: they wait for its replay, which may be read from JetStream and
+// hold its own copies. A lagging one's are charged for their entry only:
+// their frames are those the history keeps, and the queues of the
+// subscribers that are not lagging share them (a thousand subscribers
+// lagging behind a flood would otherwise be charged a thousand times
+// what the process holds, and the budget would refuse fresh clients).
+func (h *histHub) keep(s *histSub, m histMsg) bool {
+	if s.overflow {
+		return false
+	}
+	if len(s.buf) > 0 && m.offset <= s.buf[len(s.buf)-1].offset {
+		return true
+	}
+	limit, cost := h.bufferLimit, histMsgCost+int64(len(m.pm.Payload()))
+	if s.lagging {
+		limit, cost = h.lagLimit, histMsgCost
+	}
+	if len(s.buf) >= limit || !h.budget.Reserve(rally.MemoryRecovery, cost) {
+		s.overflow = true
+		h.drop(s)
+		return false
+	}
+	s.buf = append(s.buf, m)
+	s.charged += cost
+	return true
+}
+
+// endLag ends s's lag, whether it caught up or is being closed.
+func (h *histHub) endLag(c *rally.Conn, s *histSub) {
+	if s.lagging {
+		s.lagging = false
+		lagging(c, -1)
+	}
+}
+
+// lagging adds delta to the count of c's lagging subscriptions, which
+// its drain callback reads to know whether it has any to resume.
+func lagging(c *rally.Conn, delta int32) {
+	if ss, ok := c.Data().(*wsSession); ok && ss.x != nil {
+		ss.x.lagging.Add(delta)
+	}
+}
+
+// resume sends c the messages its subscription to topic kept while it
+// lagged, in order, until its queue refuses one (it lags on, and resumes
+// at the next drain) or none is left (it is live again). It runs on a
+// goroutine of its own, started by the connection's drain callback: the
+// callback may run inside a send of deliver, which holds the topic's
+// lock.
+func (h *histHub) resume(c *rally.Conn, topic string) {
+	h.mu.RLock()
+	t, _ := h.topics.Get(topic)
+	h.mu.RUnlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, _ := t.subs.Get(c)
+	if s == nil || !s.lagging {
+		return
+	}
+	n := 0
+	for _, m := range s.buf {
+		if s.sent != 0 && m.prev > s.sent {
+			// Its predecessor did not reach this node.
+			break
+		}
+		st, err := c.SendPrepared(m.pm)
+		if err == nil && st == rally.Dropped {
+			break
+		}
+		if err != nil {
+			h.endLag(c, s)
+			h.drop(s)
+			return
+		}
+		s.sent = m.offset
+		n++
+	}
+	if n < len(s.buf) && s.sent != 0 && s.buf[n].prev > s.sent {
+		h.endLag(c, s)
+		h.drop(s)
+		c.Close(closeInsufficientState, "insufficient state")
+		return
+	}
+	h.budget.Release(rally.MemoryRecovery, int64(n)*histMsgCost)
+	s.charged -= int64(n) * histMsgCost
+	clear(s.buf[:n])
+	s.buf = s.buf[n:]
+	if len(s.buf) == 0 {
+		s.buf, s.buffering = nil, false
+		h.endLag(c, s)
 	}
 }
 
@@ -666,7 +790,7 @@ func (s *Server) historyError(id []byte, err error) []byte {
 // startHistory sets up the history of cfg.History.Topics, if any: in
 // memory alone, in JetStream with NATS.
 func (s *Server) startHistory() error {
-	s.histHub = newHistHub(s.cfg.History.RecoveryLimit + 1024)
+	s.histHub = newHistHub(s.cfg.History.RecoveryLimit+1024, s.cfg.History.Size)
 	s.replays = newAdmission(s.cfg.History.Replays)
 	s.histHub.onDeliver = s.delivered
 	s.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -385,8 +385,12 @@ func TestHistorySurvivesARestartOfTheNodeWithItsEmbeddedNATS(t *testing.T) {
 	}
 }
 
+// A subscriber that falls further behind than the history's size (its
+// deliveries wait for its queue, see histSub.lagging) is closed with 4010:
+// it reconnects and recovers what it can.
 func TestASubscriberThatCannotKeepUpOnAHistoryTopicIsClosedWith4010(t *testing.T) {
 	cfg := historyConfig()
+	cfg.History.Size = 64
 	// Room for the close handshake behind what is queued.
 	cfg.ShutdownTimeout = 30 * time.Second
 	s := serve(t, cfg)
@@ -402,8 +406,8 @@ func TestASubscriberThatCannotKeepUpOnAHistoryTopicIsClosedWith4010(t *testing.T
 	if f, err := slow.ReadFrame(); err != nil || !strings.Contains(string(f.Payload), `"ack"`) {
 		t.Fatalf("subscribe: %q, %v", f.Payload, err)
 	}
-	// Publish until a message could not be queued for it (past the 1 MiB
-	// buffer limit).
+	// Publish until a message could not be kept for it (past the 1 MiB
+	// buffer limit, and then past 64 waiting).
 	data := []byte(`"` + strings.Repeat("x", 32<<10) + `"`)
 	for metric(t, s.http, `rally_drops_total{reason="buffer_limit"}`) < 1 {
 		for range 32 {

@@ -208,6 +208,16 @@ func TestEventLoopIsSetOnEveryWebSocketEndpoint(t *testing.T) {
 		}
 		s.shutdownNodes()
 	}
+	// By default, one loop a CPU for each endpoint: the clients of one
+	// loop cannot take every core's work from the others'.
+	s, err := New(Config{EventLoop: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.ws.EventLoops; n != runtime.GOMAXPROCS(0) {
+		t.Errorf("/ws has %d event loops by default, want GOMAXPROCS (%d)", n, runtime.GOMAXPROCS(0))
+	}
+	s.shutdownNodes()
 	for _, n := range []int{-1, maxEventLoops + 1} {
 		if _, err := New(Config{EventLoop: true, EventLoops: n, Logger: slog.New(slog.DiscardHandler)}); err == nil || !strings.Contains(err.Error(), "--event-loops") {
 			t.Errorf("EventLoops %d: %v, want an error naming --event-loops", n, err)

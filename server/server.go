@@ -162,7 +162,8 @@ type Config struct {
 	EventLoop bool
 	// EventLoops is how many event loops share each endpoint's
 	// connections with EventLoop (rally.Server's EventLoops), at most
-	// maxEventLoops; 0: half the CPUs the process may use, rounded up.
+	// maxEventLoops; 0: one per CPU the process may use (GOMAXPROCS; see
+	// eventLoops).
 	EventLoops int
 	// ReusePort lets several processes listen on the same Addr
 	// (SO_REUSEPORT, Linux only): the kernel spreads new connections over
@@ -394,6 +395,9 @@ func New(cfg Config) (*Server, error) {
 		OnHandshakeError: s.handshakeError,
 	}
 	s.ws = &rally.Server{Options: wsOpts, Open: s.wsOpen, Message: s.wsMessage, Close: s.wsClose}
+	if s.cfg.History.Topics != nil {
+		s.ws.Drain = s.wsDrain
+	}
 	s.slow = newSlowWatch(cfg.SlowSubscriberTimeout, slowFullBytes(cfg.BufferLimit), s.cutSlow)
 
 	// /chat is one room: what a client sends, every client gets. Its
@@ -622,10 +626,8 @@ func (s *Server) ListenAndServe(ctx context.Context, out io.Writer) error {
 	if s.cfg.ReusePort {
 		fmt.Fprintf(out, "  port:     shared with other processes (--reuse-port); topics span them only through NATS\n")
 	}
-	if s.cfg.EventLoop && s.cfg.EventLoops > 0 {
-		fmt.Fprintf(out, "  engine:   %d event loops (--event-loop=false: a goroutine per connection)\n", s.cfg.EventLoops)
-	} else if s.cfg.EventLoop {
-		fmt.Fprintf(out, "  engine:   event loop (--event-loop=false: a goroutine per connection)\n")
+	if s.cfg.EventLoop {
+		fmt.Fprintf(out, "  engine:   %d event loops an endpoint (--event-loop=false: a goroutine per connection)\n", s.eventLoops())
 	} else {
 		fmt.Fprintf(out, "  engine:   a goroutine per connection\n")
 	}
@@ -682,7 +684,7 @@ func (cfg *Config) checkNumbers() error {
 	case cfg.MaxMessageBytes < 0:
 		return bad("max-message-bytes", cfg.MaxMessageBytes, "it must be a positive number of bytes")
 	case cfg.EventLoops < 0 || cfg.EventLoops > maxEventLoops:
-		return bad("event-loops", cfg.EventLoops, fmt.Sprintf("it must be 1 to %d loops, or 0 for half the CPUs", maxEventLoops))
+		return bad("event-loops", cfg.EventLoops, fmt.Sprintf("it must be 1 to %d loops, or 0 for one a CPU", maxEventLoops))
 	case cfg.HeaderReadTimeout < 0:
 		return bad("header-timeout", cfg.HeaderReadTimeout, "it must be a positive duration")
 	case cfg.ShutdownTimeout < 0:

@@ -34,6 +34,12 @@ type wsMore struct {
 	// hist holds the history topics subscribed to (their subscriptions
 	// are in the server's histHub, not the pubsub hub).
 	hist map[string]bool
+	// lagging counts its history subscriptions whose deliveries wait for
+	// its queue to empty (histSub.lagging): its drain callback resumes
+	// them, and does nothing else when there are none. Changed by the
+	// hub under a topic's lock: x is set before the first subscription
+	// to a history topic is added, and never again.
+	lagging atomic.Int32
 	// client is the connection's id in presence (made on its first
 	// subscribe to a presence topic); pres the presence topics it is a
 	// member of.
@@ -91,6 +97,19 @@ func (s *Server) wsOpen(c *rally.Conn) {
 	s.opened("ws")(c)
 	s.wsConns.Add(1)
 	s.slow.add(c)
+}
+
+// wsDrain runs when c's send queue has emptied: the history
+// subscriptions that lag behind (their deliveries wait in the hub) are
+// resumed, each on a goroutine of its own (see histHub.resume).
+func (s *Server) wsDrain(c *rally.Conn) {
+	ss, ok := c.Data().(*wsSession)
+	if !ok || ss.x == nil || ss.x.lagging.Load() == 0 {
+		return
+	}
+	for topic := range ss.x.hist {
+		go s.histHub.resume(c, topic)
+	}
 }
 
 func (s *Server) wsClose(c *rally.Conn, ce *rally.CloseError) {

@@ -197,7 +197,7 @@ func newServeFlags(s *serveSetup, origins, routes *list, config *string) *flag.F
 	// The event loop is the default where it exists (Linux): less memory
 	// per idle connection, and fewer system calls per message.
 	fs.BoolVar(&cfg.EventLoop, "event-loop", runtime.GOOS == "linux", "run WebSocket connections on event loops (epoll, Linux; the default there) instead\nof a goroutine each: less memory per idle connection (--event-loop=false: a goroutine each)")
-	fs.IntVar(&cfg.EventLoops, "event-loops", 0, "how many event loops share the connections (0: half the CPUs, rounded up)")
+	fs.IntVar(&cfg.EventLoops, "event-loops", 0, "how many event loops share each endpoint's connections (0: one a CPU)")
 	fs.StringVar(&cfg.Node, "node", "", "this node's name among the nodes sharing topics (default: random)")
 	fs.StringVar(&cfg.NATS.URL, "nats", "", "share topics with other nodes through the NATS server or cluster at URL\n(nats://host:4222, comma-separated for several)")
 	fs.StringVar(&cfg.NATS.Embedded, "embedded-nats", "", "start a NATS server in this process, for other nodes' --nats\n(beyond loopback it needs --nats-user or --nats-token)")
