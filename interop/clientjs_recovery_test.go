@@ -450,28 +450,33 @@ func TestJSClientRecoversTenThousandMissedMessages(t *testing.T) {
 }
 
 // A client that cannot keep up on a history topic (the proxy holds the
-// server's bytes, so the server's buffer for it overflows) is closed with
-// 4010 "insufficient state" after what was queued; it reconnects and
-// recovers the rest: every message once, in order.
+// server's bytes, so the server's buffer for it overflows, and then the
+// deliveries waiting for it pass half the history) is closed with 4010
+// "insufficient state" after what was queued; it reconnects and recovers
+// the rest: every message once, in order.
 func TestJSClientRecoversAfterTheServerFoundItTooSlow(t *testing.T) {
 	inModes(t, func(t *testing.T, mode serverMode) {
 		for _, rt := range []string{"node-ws", "chromium"} { // megabytes per run: the two most different runtimes
 			t.Run(rt, func(t *testing.T) {
-				cfg := historyConfig(5000)
-				cfg.BufferLimit = 64 << 10
-				cfg.SubscriberSendBuffer = 64 << 10 // the default, named: the sizing below counts on it
+				const bufferLimit, sendBuffer = 64 << 10, 64 << 10
+				// Four times what the way to the client can hold while
+				// stalled: the server's socket buffer (SubscriberSendBuffer,
+				// which the kernel doubles), the proxy's, and the server's
+				// buffer limit. The padding is random base64, which
+				// permessage-deflate shrinks by a quarter at most. The
+				// history keeps them all, and a subscriber may lag by half
+				// of it: past what the way holds and half the messages, it
+				// is closed with 4010, and recovers.
+				const size = 16 << 10
+				total := 4 * (2*sendBuffer + 2*proxyReadBuffer + 32<<10 + bufferLimit) / (size * 3 / 4)
+				cfg := historyConfig(total)
+				cfg.BufferLimit = bufferLimit
+				cfg.SubscriberSendBuffer = sendBuffer // the default, named: the sizing counts on it
 				cfg.ShutdownTimeout = 30 * time.Second
 				srv := startRallyServe(t, mode, cfg)
 				proxy, c := startJSClientThroughProxy(t, rt, srv.addr)
 				connectAndSubscribe(t, c)
 				proxy.Stall()
-				// Twice what the way to the client can hold while stalled: the
-				// server's socket buffer (SubscriberSendBuffer, which the
-				// kernel doubles), the proxy's, and the server's buffer limit.
-				// The padding is random base64, which permessage-deflate
-				// shrinks by a quarter at most.
-				const size = 16 << 10
-				total := 2 * (2*cfg.SubscriberSendBuffer + 2*proxyReadBuffer + 32<<10 + cfg.BufferLimit) / (size * 3 / 4)
 				raw := make([]byte, size*3/4)
 				for n := 1; n <= total; n++ {
 					rand.Read(raw)

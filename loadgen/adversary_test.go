@@ -130,11 +130,13 @@ func serveRally(t *testing.T, cfg server.Config) string {
 // and after the 4010.
 func TestTheFastSubscriberClosedWith4010ReconnectsFromItsLastPositionAndKeepsCounting(t *testing.T) {
 	addr := serveRally(t, server.Config{Logger: slog.New(slog.DiscardHandler),
-		History: server.HistoryConfig{Topics: []string{"adversary"}, Size: 10000},
+		History: server.HistoryConfig{Topics: []string{"adversary"}, Size: 1000},
 		// Little room for what waits to be sent to a subscriber, so
-		// that a few dozen messages overflow it; no other way to be let
-		// go than the 4010 (no slow-subscriber cut, no write stall), and
-		// time for the close handshake on a busy machine.
+		// that a few dozen messages overflow it, then 500 more waiting
+		// in the server (half the history: it lags, then is closed with
+		// 4010 while it can still recover); no other way to be let go
+		// (no slow-subscriber cut, no write stall), and time for the
+		// close handshake on a busy machine.
 		BufferLimit: 16 << 10, SubscriberSendBuffer: 4 << 10,
 		SlowSubscriberTimeout: -1, WriteStallTimeout: -1, ShutdownTimeout: time.Minute})
 	proxy := startHoldingProxy(t, addr)

@@ -214,6 +214,14 @@ func (h *histHub) add(c *rally.Conn, topic string) *histSub {
 	}
 }
 
+// topicNamed returns topic's entry, nil if it has none.
+func (h *histHub) topicNamed(topic string) *histTopic {
+	h.mu.RLock()
+	t, _ := h.topics.Get(topic)
+	h.mu.RUnlock()
+	return t
+}
+
 // topicFor returns topic's entry, made if it has none or if the one it
 // has is gone (being taken out by remove, which then leaves the new one).
 func (h *histHub) topicFor(topic string, gone *histTopic) *histTopic {
@@ -235,15 +243,14 @@ func (h *histHub) topicFor(topic string, gone *histTopic) *histTopic {
 // remove ends c's subscription to topic. A topic left without
 // subscribers is marked gone under its lock, then taken out of the hub.
 func (h *histHub) remove(c *rally.Conn, topic string) {
-	h.mu.RLock()
-	t, _ := h.topics.Get(topic)
-	h.mu.RUnlock()
+	t := h.topicNamed(topic)
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	if s, ok := t.subs.Get(c); ok {
 		t.subs.Delete(c)
+		h.endLag(c, s) // an unsubscribe: the connection stays
 		h.drop(s)
 		h.budget.Release(rally.MemorySubscriptions, histSubCharge(topic))
 	}
@@ -268,9 +275,7 @@ func (h *histHub) drop(s *histSub) {
 }
 
 func (h *histHub) count(topic string) int {
-	h.mu.RLock()
-	t, _ := h.topics.Get(topic)
-	h.mu.RUnlock()
+	t := h.topicNamed(topic)
 	if t == nil {
 		return 0
 	}
@@ -292,9 +297,7 @@ func (h *histHub) count(topic string) int {
 // runs: the sends join its cork (one write per batch of publishes). pm is
 // the delivery, framed (see framed).
 func (h *histHub) deliver(from *rally.Conn, topic string, offset, prev uint64, pm *rally.PreparedMessage) {
-	h.mu.RLock()
-	t, _ := h.topics.Get(topic)
-	h.mu.RUnlock()
+	t := h.topicNamed(topic)
 	if t == nil {
 		return
 	}
@@ -410,9 +413,7 @@ func lagging(c *rally.Conn, delta int32) {
 // callback may run inside a send of deliver, which holds the topic's
 // lock.
 func (h *histHub) resume(c *rally.Conn, topic string) {
-	h.mu.RLock()
-	t, _ := h.topics.Get(topic)
-	h.mu.RUnlock()
+	t := h.topicNamed(topic)
 	if t == nil {
 		return
 	}
@@ -459,9 +460,7 @@ func (h *histHub) resume(c *rally.Conn, topic string) {
 // broadcast sends b to the live subscribers of topic here but from,
 // without a position: presence events.
 func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
-	h.mu.RLock()
-	t, _ := h.topics.Get(topic)
-	h.mu.RUnlock()
+	t := h.topicNamed(topic)
 	if t == nil {
 		return
 	}
@@ -482,9 +481,7 @@ func (h *histHub) broadcast(from *rally.Conn, topic string, b []byte) {
 // no longer c's subscription to topic, or its buffer overflowed (c is
 // closed with 4010 then).
 func (h *histHub) goLive(c *rally.Conn, topic string, sub *histSub, after uint64, first []byte) bool {
-	h.mu.RLock()
-	t, _ := h.topics.Get(topic)
-	h.mu.RUnlock()
+	t := h.topicNamed(topic)
 	if t == nil {
 		return false
 	}
@@ -790,7 +787,10 @@ func (s *Server) historyError(id []byte, err error) []byte {
 // startHistory sets up the history of cfg.History.Topics, if any: in
 // memory alone, in JetStream with NATS.
 func (s *Server) startHistory() error {
-	s.histHub = newHistHub(s.cfg.History.RecoveryLimit+1024, s.cfg.History.Size)
+	// A subscriber lags by half the history at most: closed then (4010),
+	// it can still recover what it missed if it comes back before the
+	// other half is published.
+	s.histHub = newHistHub(s.cfg.History.RecoveryLimit+1024, max(1, s.cfg.History.Size/2))
 	s.replays = newAdmission(s.cfg.History.Replays)
 	s.histHub.onDeliver = s.delivered
 	s.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
