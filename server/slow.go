@@ -191,10 +191,11 @@ func (s *Server) cutSlow(c *rally.Conn, moved bool) {
 	s.m.slowCut.Inc()
 	s.log.Debug("slow subscriber cut", "remote", c.RemoteAddr().String(), "close_frame", moved)
 	if ss, ok := c.Data().(*wsSession); ok && ss.recovers.Load() {
-		// A subscriber of a history topic is told, as when a message
-		// for it is dropped, to recover what it misses (4010), its close
-		// frame behind what was queued: a client that reads again gets
-		// it; one that does not is cut after the close timeout.
+		// A subscriber of a history topic is told, as when it lags by
+		// more than half the history, to recover what it misses
+		// (4010), its close frame behind what was queued: a client that
+		// reads again gets it; one that does not is cut after the close
+		// timeout.
 		go c.Close(closeInsufficientState, "insufficient state")
 		return
 	}
