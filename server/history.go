@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rallyws/rally"
+	"github.com/rallyws/rally/internal/bufpool"
 	"github.com/rallyws/rally/internal/shrinkmap"
 	"github.com/rallyws/rally/pubsub"
 	"github.com/rallyws/rally/pubsub/natsbroker"
@@ -755,10 +756,20 @@ func publishAck(id []byte, pos position) []byte {
 	return append(b, '}')
 }
 
-// positionedEnvelope is the delivery of a message of a history topic:
+// framedDelivery frames the delivery of a message of a history topic
+// (see framed), built in a pooled buffer that the frame copies: the
+// envelope itself is not kept.
+func framedDelivery(topic string, offset uint64, epoch string, data []byte, base64 bool) *rally.PreparedMessage {
+	buf := bufpool.Get(80 + len(topic) + len(epoch) + len(data))
+	defer bufpool.Put(buf)
+	*buf = appendPositionedEnvelope((*buf)[:0], topic, offset, epoch, data, base64)
+	return framed(*buf)
+}
+
+// appendPositionedEnvelope appends the delivery of a message of a history
+// topic to b:
 // {"type":"message","topic":T,"offset":N,"epoch":E,"data":D}.
-func positionedEnvelope(topic string, offset uint64, epoch string, data []byte, base64 bool) []byte {
-	b := make([]byte, 0, 80+len(topic)+len(epoch)+len(data))
+func appendPositionedEnvelope(b []byte, topic string, offset uint64, epoch string, data []byte, base64 bool) []byte {
 	b = append(b, `{"type":"message","topic":"`...)
 	b = append(b, topic...)
 	b = append(b, `","offset":`...)

@@ -86,7 +86,7 @@ func (s *Server) startJetStream(b *natsbroker.Broker) (historyStore, error) {
 // node joining a stream others publish to got records at once, and read
 // j.h unset; the epoch comes with the record.
 func (j *jsHistory) handle(r natsbroker.Record) {
-	pm := framed(positionedEnvelope(r.Topic, r.Seq, r.Epoch, r.Data, r.Base64))
+	pm := framedDelivery(r.Topic, r.Seq, r.Epoch, r.Data, r.Base64)
 	j.deliver(nil, r.Topic, r.Seq, r.Prev, pm)
 }
 
@@ -123,7 +123,7 @@ func (j *jsHistory) since(topic string, pos position, limit int) (recovery, erro
 		return recovery{}, err
 	}
 	for _, rec := range recs {
-		r.msgs = append(r.msgs, framed(positionedEnvelope(topic, rec.Seq, r.top.epoch, rec.Data, rec.Base64)))
+		r.msgs = append(r.msgs, framedDelivery(topic, rec.Seq, r.top.epoch, rec.Data, rec.Base64))
 	}
 	return r, nil
 }

@@ -41,19 +41,22 @@ func TestAHistorySubscriberThatPausesGetsEveryMessageWithoutBeingClosed(t *testi
 				}
 			}
 			t.Logf("%d messages published, %d B charged for those waiting", published, budget.Stats()[rally.MemoryRecovery].Used)
-			// It reads again: every message, in order, then the next one live.
+			// It reads again: every message, in order, then the next ones.
 			readInOrder(t, slow, "h.lag", 1, published)
 			if _, err := s.history.publish(nil, "h.lag", []byte(`"live"`), false); err != nil {
 				t.Fatal(err)
 			}
 			readInOrder(t, slow, "h.lag", published+1, published+1)
-			deadline := time.Now().Add(10 * time.Second)
-			for lagged() {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d B still charged for waiting deliveries after the subscriber caught up", budget.Stats()[rally.MemoryRecovery].Used)
-				}
-				time.Sleep(time.Millisecond)
+			// Whatever sent that one released what it had kept under the
+			// topic's lock, which this publish takes: the subscriber is
+			// live and nothing stays charged.
+			if _, err := s.history.publish(nil, "h.lag", []byte(`"live"`), false); err != nil {
+				t.Fatal(err)
 			}
+			if lagged() {
+				t.Errorf("%d B still charged for waiting deliveries after the subscriber caught up", budget.Stats()[rally.MemoryRecovery].Used)
+			}
+			readInOrder(t, slow, "h.lag", published+2, published+2)
 		})
 	}
 }

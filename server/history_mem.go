@@ -107,7 +107,7 @@ func (h *memHistory) publish(from *rally.Conn, topic string, data []byte, base64
 	defer t.mu.Unlock()
 	t.top++
 	t.last = now
-	pm := framed(positionedEnvelope(topic, t.top, t.epoch, data, base64))
+	pm := framedDelivery(topic, t.top, t.epoch, data, base64)
 	t.trimLocked(now, h.age)
 	if len(t.recs) >= h.size {
 		n := len(t.recs) - h.size + 1
