@@ -52,11 +52,18 @@ func frameFrom(br *bufio.Reader, max int) (op byte, payload []byte, err error) {
 }
 
 // closeCode returns the code of a close frame's payload as a string.
+// closeCode renders a close frame's payload as an answer: its code, and
+// its reason in parentheses when it has one (answers with different
+// reasons are counted apart: "1008 (message too slow)").
 func closeCode(payload []byte) string {
 	if len(payload) < 2 {
 		return "without code"
 	}
-	return strconv.Itoa(int(binary.BigEndian.Uint16(payload)))
+	code := strconv.Itoa(int(binary.BigEndian.Uint16(payload)))
+	if len(payload) == 2 {
+		return code
+	}
+	return code + " (" + string(payload[2:]) + ")"
 }
 
 // readerOf returns a buffered reader of what the server sends on c after

@@ -42,10 +42,10 @@ func FastRateVerdict(solo, peers, attack float64) []string {
 }
 
 // MemoryAfterVerdict returns the verdict's reasons for a run whose server
-// had these RSS before and after, every other bound met.
-func MemoryAfterVerdict(before, after int64) []string {
+// had these RSS before, at its peak and after, every other bound met.
+func MemoryAfterVerdict(before, peak, after int64) []string {
 	h := &hostileRun{cfg: HostileConfig{MaxRSS: 1 << 40, MaxProbeP99: 1 << 62}, res: &HostileResult{
-		RSSSource: "pid 1", RSSBefore: before, RSSPeak: after, RSSAfter: after, Settle: "30s",
+		RSSSource: "pid 1", RSSBefore: before, RSSPeak: peak, RSSAfter: after, Settle: "30s",
 	}}
 	h.verdict()
 	return h.res.Reasons
