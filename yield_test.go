@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -210,4 +211,49 @@ func TestAFirstLargeReadWaitsItsTurnBehindStreamingReaders(t *testing.T) {
 	if n := cut.Load() - before; n != 0 {
 		t.Errorf("with the gate free, %d reads were cut", n)
 	}
+}
+
+// At most one reader a processor waits in the scheduler's run queue for
+// its turn while its peer streams; the others wait parked, outside it, so
+// that a goroutine the network wakes (a fresh client's accept, request,
+// echo) is behind a processor's worth of them, not behind all of them.
+// Eight peers stream messages of 8 MiB at once; each reader's turn is
+// held open for a millisecond (the hook runs inside it), long enough for
+// the others to pile up if nothing kept them out.
+func TestAtMostOneStreamingReaderAProcessorWaitsForItsTurn(t *testing.T) {
+	if os.Getenv("RALLY_TEST_EVENT_LOOP") == "1" {
+		t.Skip("every Server runs on event loops here (RALLY_TEST_EVENT_LOOP), which share their turns instead")
+	}
+	const peers, size = 8, 8 << 20
+	var waiting, most, turns atomic.Int64
+	rally.OnStreamYield(t, func() {
+		n := waiting.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		turns.Add(1)
+		time.Sleep(time.Millisecond)
+		waiting.Add(-1)
+	})
+	done := make(chan struct{}, peers)
+	s := &rally.Server{
+		Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{ReadLimit: size}},
+		Message: func(c *rally.Conn, _ rally.MessageType, p []byte) { done <- struct{}{} },
+	}
+	url := serve(t, s)
+	wire := rawpeer.Build(rawpeer.Frame{Fin: true, Opcode: rawpeer.OpBinary, Masked: true, Mask: [4]byte{1, 2, 3, 4}, Payload: make([]byte, size)})
+	for range peers {
+		p := dialPeer(t, url)
+		go p.WriteRaw(wire)
+	}
+	for range peers {
+		waitOrFail(t, done, "a streamed message")
+	}
+	procs := int64(runtime.GOMAXPROCS(0))
+	if turns.Load() == 0 {
+		t.Fatal("no reader let the others run while 8 peers streamed 8 MiB each")
+	}
+	if m := most.Load(); m > procs {
+		t.Errorf("%d readers waited for their turn at once, more than one a processor (%d)", m, procs)
+	}
+	t.Logf("%d turns, at most %d waiting at once (%d processors)", turns.Load(), most.Load(), procs)
 }
