@@ -34,7 +34,9 @@ const (
 	h2Settings     = 0x4
 	h2Ping         = 0x6
 	h2GoAway       = 0x7
+	h2WindowUpdate = 0x8
 	h2FlagAck      = 0x1
+	h2FlagEndStrm  = 0x1
 	h2FlagEndHdrs  = 0x4
 	h2FlagPadded   = 0x8
 	h2FlagPriority = 0x20
@@ -82,6 +84,10 @@ type h2NonReaders struct {
 	// (another status, or RST_STREAM before an answer), and accepted then
 	// reset (RST_STREAM: the server let the stream go).
 	accepted, refused, cut atomic.Int64
+	// senders, when set (h2-partial), sends on each accepted stream what
+	// its behaviour sends, within the server's flow-control windows,
+	// and reads what the server sends on it; nil: the streams never read.
+	senders *h2Senders
 }
 
 func (s *h2NonReaders) write(b []byte) error {
@@ -98,6 +104,18 @@ func (s *h2NonReaders) write(b []byte) error {
 // ("h2 200", "h2 refused", "h2 reset", "h2c not offered", ...). It returns
 // once the connection is established and its streams requested.
 func (h *hostileRun) h2NonReader(ctx context.Context, path string, streams int, topic, from string) *h2NonReaders {
+	var sub []byte
+	if topic != "" {
+		sub = subscribeFrame(topic)
+	}
+	return h.h2Streams(ctx, path, streams, from, sub, nil)
+}
+
+// h2Streams opens a connection of streams to path. Without senders they
+// never read (their window is 0) and each sends sub once accepted, if
+// set; with senders, each accepted stream sends what senders makes of it
+// and reads up to 64 KiB of the server's answer.
+func (h *hostileRun) h2Streams(ctx context.Context, path string, streams int, from string, sub []byte, senders *h2Senders) *h2NonReaders {
 	conn, err := h.dialH2(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -107,12 +125,14 @@ func (h *hostileRun) h2NonReader(ctx context.Context, path string, streams int, 
 	}
 	h.keep(conn)
 	context.AfterFunc(ctx, func() { conn.SetWriteDeadline(time.Now()) })
-	s := &h2NonReaders{h: h, conn: conn, waiting: map[uint32]bool{}}
-	if topic != "" {
-		s.sub = subscribeFrame(topic)
-	}
-	// SETTINGS_ENABLE_PUSH 0, SETTINGS_INITIAL_WINDOW_SIZE 0 (RFC 9113 6.5.2).
+	s := &h2NonReaders{h: h, conn: conn, waiting: map[uint32]bool{}, sub: sub, senders: senders}
+	// SETTINGS_ENABLE_PUSH 0, SETTINGS_INITIAL_WINDOW_SIZE 0 (RFC 9113
+	// 6.5.2); a stream that sends keeps the default window (65,535).
 	settings := []byte{0, 2, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0}
+	if senders != nil {
+		settings = settings[:6]
+		context.AfterFunc(ctx, senders.stopAll)
+	}
 	out := append([]byte(h2Preface), h2Frame(h2Settings, 0, 0, settings)...)
 	scheme := "http"
 	if h.t.tls {
@@ -200,6 +220,9 @@ func (s *h2NonReaders) readFrames(ctx context.Context) {
 					h.answer("h2: no extended CONNECT")
 				}
 			}
+			if s.senders != nil {
+				s.senders.settings(p)
+			}
 			s.write(h2Frame(h2Settings, h2FlagAck, 0, nil))
 		case h2Ping:
 			if flags&h2FlagAck == 0 {
@@ -225,6 +248,9 @@ func (s *h2NonReaders) readFrames(ctx context.Context) {
 				if s.sub != nil {
 					s.write(h2Frame(h2Data, 0, id, s.sub))
 				}
+				if s.senders != nil {
+					s.senders.start(s, id)
+				}
 			} else {
 				s.refused.Add(1)
 				h.answer("h2 refused")
@@ -241,7 +267,17 @@ func (s *h2NonReaders) readFrames(ctx context.Context) {
 				continue
 			}
 			s.cut.Add(1)
-			h.answer("h2 reset (" + h2ErrorName(code) + ")")
+			if s.senders == nil || s.senders.end(id, "") {
+				h.answer("h2 reset (" + h2ErrorName(code) + ")")
+			}
+		case h2Data:
+			if s.senders != nil {
+				s.senders.data(id, p, flags)
+			}
+		case h2WindowUpdate:
+			if s.senders != nil && len(p) >= 4 {
+				s.senders.window(id, int64(binary.BigEndian.Uint32(p)&0x7fffffff))
+			}
 		case h2GoAway:
 			h.answer("h2 GOAWAY")
 			return

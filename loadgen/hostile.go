@@ -32,6 +32,7 @@ var hostileScenarios = []struct{ name, what string }{
 	{"slowloris", "--conns (2000) connections sending their request head one byte per second"},
 	{"head-hold", "--conns (1000) connections sending --size (1 MiB) of request head, never finished"},
 	{"partial", "--conns (1000) connections sending --size (16 MiB - 1) of a message, never finished"},
+	{"h2-partial", "partial over HTTP/2 (h2c for ws://, h2 for wss://): --conns (1000) WebSocket streams, 100 on\n              each connection, sending --size (16 MiB - 1) of a message, never finished, as fast as\n              the server's flow-control windows let them"},
 	{"slow-read", "--conns (2000) subscribers of a /ws topic that never read while one client publishes 1 KiB\n              messages as fast as it can; a fast subscriber's rate is compared with its rate alone"},
 	{"h2-slow-read", "--conns (5) HTTP/2 connections (h2c for ws://, h2 for wss://) of --size (1000) WebSocket streams each\n              that never read (window 0), subscribed to a topic of /ws that one client floods; a fast\n              HTTP/1.1 subscriber's rate is compared with its rate alone"},
 	{"garbage", "--conns (10000) connections sending random bytes, half before and half after a handshake"},
@@ -304,11 +305,11 @@ const bombSize = min(2<<30, math.MaxInt>>20<<20)
 
 func hostileDefaults(cfg HostileConfig) HostileConfig {
 	if cfg.Conns <= 0 {
-		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "slow-read": 2000, "h2-slow-read": 5, "garbage": 10000, "adversary": 200,
+		cfg.Conns = map[string]int{"slowloris": 2000, "head-hold": 1000, "partial": 1000, "h2-partial": 1000, "slow-read": 2000, "h2-slow-read": 5, "garbage": 10000, "adversary": 200,
 			"ping-flood": 100, "many-subs": 5000, "reconnect-old": 2000, "bomb": 50}[cfg.Scenario]
 	}
 	if cfg.Size <= 0 {
-		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1, "h2-slow-read": 1000,
+		cfg.Size = map[string]int{"head-hold": 1 << 20, "partial": 16<<20 - 1, "h2-partial": 16<<20 - 1, "h2-slow-read": 1000,
 			"many-subs": 100, "reconnect-old": 999, "bomb": bombSize}[cfg.Scenario]
 	}
 	if cfg.Duration <= 0 {
@@ -392,6 +393,8 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 		h.headHold(attack)
 	case "partial":
 		h.partial(attack)
+	case "h2-partial":
+		h.h2Partial(attack)
 	case "slow-read":
 		h.slowRead(attack)
 	case "h2-slow-read":

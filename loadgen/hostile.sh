@@ -16,7 +16,7 @@
 #                     (default hostile-results/)
 #   HOSTILE_LIMIT_ROW the --memory-limit of a second server, started after
 #                     the first when HOSTILE_LIMIT is not given, against
-#                     which partial at /echo's limit runs again and its
+#                     which partial and h2-partial at /echo's limit run again and its
 #                     peak RSS must stay under that limit (default 512MiB;
 #                     none: no second server)
 #
@@ -86,6 +86,8 @@ if [ -z "$limit" ]; then
 	at_limit+=(--max-rss 1600MB)
 fi
 run partial-echo-limit partial /echo "${at_limit[@]}"
+# The same over HTTP/2 (h2c): 1,000 streams, 100 to a connection.
+run h2-partial-echo-limit h2-partial /echo "${at_limit[@]}"
 run slow-read slow-read /ws
 run h2-slow-read h2-slow-read /ws
 run garbage garbage /echo
@@ -102,6 +104,7 @@ if [ -z "$limit" ] && [ "$row" != none ]; then
 	echo
 	start_server "$out/serve-limit.log" --memory-limit "$row" "${flags[@]}"
 	run partial-echo-limit-memory-limit partial /echo --size 1048575 --max-rss "$row"
-	echo "rally serve --memory-limit $row${flags[*]:+ ${flags[*]}}: partial at /echo's limit, its log in $out/serve-limit.log"
+	run h2-partial-echo-limit-memory-limit h2-partial /echo --size 1048575 --max-rss "$row"
+	echo "rally serve --memory-limit $row${flags[*]:+ ${flags[*]}}: partial and h2-partial at /echo's limit, its log in $out/serve-limit.log"
 fi
 exit $status

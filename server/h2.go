@@ -20,6 +20,18 @@ import (
 // memory budget (rally.MemoryStreams), and refused with 503 past it.
 const h2MaxStreams = 100
 
+// h2MaxReadFrame is the largest HTTP/2 frame a client may send (the
+// protocol's least, and what browsers send). net/http reads each frame
+// into a buffer the size of the largest one the connection sent, and
+// keeps it as long as the connection, up to its default of 1 MiB: a
+// thousand connections that each sent one frame of 1 MiB held 1 GiB that
+// no budget saw. And (Go 1.26) a connection that ends with streams open
+// is kept two minutes more, its buffers included: its serving loop stops
+// its idle timer, then closes the streams, and closing the last one
+// starts the timer again (http.Server.IdleTimeout, 2 minutes here); with
+// 16 KiB frames, about 100 KB a connection of 100 streams.
+const h2MaxReadFrame = 16 << 10
+
 // h2Metrics count WebSocket connections by the protocol that carries
 // them: "http/1.1", "h2" (HTTP/2 over TLS) or "h2c" (HTTP/2 without TLS).
 type h2Metrics struct {
@@ -67,11 +79,11 @@ func (s *Server) countClosed(c *rally.Conn) {
 
 // configureHTTP2 lets hs carry WebSockets over HTTP/2: h2 over TLS (on by
 // default in net/http), h2c when Config.H2C is set, at most h2MaxStreams
-// streams per connection. Without GODEBUG=http2xconnect=1 in
+// streams per connection, frames of h2MaxReadFrame at most. Without GODEBUG=http2xconnect=1 in
 // the environment the process started with, net/http does not advertise
 // extended CONNECT: that is logged (cmd/rally arranges the setting).
 func (s *Server) configureHTTP2(hs *http.Server) {
-	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h2MaxStreams}
+	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h2MaxStreams, MaxReadFrameSize: h2MaxReadFrame}
 	if s.cfg.H2C {
 		p := new(http.Protocols)
 		p.SetHTTP1(true)

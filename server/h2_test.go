@@ -17,6 +17,7 @@ import (
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/conform"
 	"github.com/rallyws/rally/internal/h2env"
+	"github.com/rallyws/rally/internal/slowness"
 )
 
 // The servers of these tests accept WebSockets over HTTP/2 only when the
@@ -223,4 +224,44 @@ func h2Relay(addr string) http.Handler {
 		// (END_STREAM; net/http resets a client side still open with
 		// RST_STREAM NO_ERROR).
 	})
+}
+
+// rally serve advertises frames of 16 KiB at most (SETTINGS_MAX_FRAME_SIZE,
+// RFC 9113 6.5.2), not net/http's 1 MiB: net/http keeps a read buffer the
+// size of the largest frame a connection sent for as long as the
+// connection, which no budget charges.
+func TestRallyServeAdvertisesHTTP2FramesOf16KiB(t *testing.T) {
+	addr, stop := serveConfig(t, Config{H2C: true, HandshakeRate: -1})
+	defer stop()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(slowness.Scale(10 * time.Second)))
+	// The preface and an empty SETTINGS frame (RFC 9113 3.4, 6.5).
+	if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	var head [9]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		t.Fatal(err)
+	}
+	if head[3] != 0x4 {
+		t.Fatalf("the server's first frame is of type %d, not SETTINGS", head[3])
+	}
+	p := make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
+	if _, err := io.ReadFull(r, p); err != nil {
+		t.Fatal(err)
+	}
+	frame := -1
+	for ; len(p) >= 6; p = p[6:] {
+		if p[0] == 0 && p[1] == 0x5 {
+			frame = int(p[2])<<24 | int(p[3])<<16 | int(p[4])<<8 | int(p[5])
+		}
+	}
+	if frame != 16<<10 {
+		t.Fatalf("SETTINGS_MAX_FRAME_SIZE %d, want 16384", frame)
+	}
 }
