@@ -267,7 +267,7 @@ func (s *h2NonReaders) readFrames(ctx context.Context) {
 				continue
 			}
 			s.cut.Add(1)
-			if s.senders == nil || s.senders.end(id, "") {
+			if s.senders == nil || s.senders.end(id) {
 				h.answer("h2 reset (" + h2ErrorName(code) + ")")
 			}
 		case h2Data:

@@ -169,7 +169,7 @@ func (s *h2Senders) data(id uint32, p []byte, flags byte) {
 
 // end is told that stream id was reset, and reports whether that is its
 // answer (it had none before).
-func (s *h2Senders) end(id uint32, _ string) bool {
+func (s *h2Senders) end(id uint32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.streams[id]
