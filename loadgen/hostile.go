@@ -290,13 +290,15 @@ const (
 )
 
 // afterBound is the most RSS may be Settle after an attack that found the
-// server at before and took it to peak.
-func afterBound(before, peak int64) int64 {
+// server at before and took it to peak, and that bound in words.
+func afterBound(before, peak int64) (int64, string) {
 	bound := int64(afterLimit * float64(before))
+	why := fmt.Sprintf("%.1fx the %s before", afterLimit, Bytes(before))
 	if peak >= hugeMetadataPeak {
 		bound += hugeMetadata
+		why += fmt.Sprintf(" and the %s the runtime keeps after a peak past %s", Bytes(hugeMetadata), Bytes(hugeMetadataPeak))
 	}
-	return bound
+	return bound, why
 }
 
 // bombSize is what a bomb inflates to by default: 2 GiB, or the most
@@ -466,12 +468,8 @@ func (h *hostileRun) verdict() {
 	if r.ConnsAfter > 0 || r.ChargedAfter > 0 {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("%d connections and %s charged to the memory budget %s after every client left", r.ConnsAfter, Bytes(r.ChargedAfter), r.Settle))
 	}
-	if r.RSSSource != "" && r.RSSAfter > afterBound(r.RSSBefore, r.RSSPeak) {
-		over := fmt.Sprintf("%.1fx the %s before", afterLimit, Bytes(r.RSSBefore))
-		if r.RSSPeak >= hugeMetadataPeak {
-			over += fmt.Sprintf(" and the %s the runtime keeps after a peak past %s", Bytes(hugeMetadata), Bytes(hugeMetadataPeak))
-		}
-		r.Reasons = append(r.Reasons, fmt.Sprintf("RSS %s after %s, over %s", Bytes(r.RSSAfter), r.Settle, over))
+	if bound, why := afterBound(r.RSSBefore, r.RSSPeak); r.RSSSource != "" && r.RSSAfter > bound {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("RSS %s after %s, over %s", Bytes(r.RSSAfter), r.Settle, why))
 	}
 	r.Verdict = "PASS"
 	if len(r.Reasons) > 0 {
