@@ -9,6 +9,8 @@ import (
 	"time"
 	"unsafe"
 	"weak"
+
+	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
 // MemoryCategory is one kind of memory a client can make a server hold.
@@ -34,7 +36,12 @@ const (
 	MemorySendQueues
 	// MemoryStreams is HTTP/2 streams carrying WebSockets: what each
 	// holds whatever it carries (its goroutines, read buffer and the
-	// HTTP/2 server's state), a fixed cost per stream.
+	// HTTP/2 server's state), a fixed cost per stream; and, from its first
+	// WebSocket stream to its last, what net/http holds for the HTTP/2
+	// connection under them: its state, its frame buffer and its receive
+	// window, as the http.Server's HTTP2 configuration sets them
+	// (MaxReadFrameSize and MaxReceiveBufferPerConnection, 1 MiB each by
+	// default; set them lower to charge less).
 	MemoryStreams
 	// MemorySubscriptions is subscriptions and the topic names they keep,
 	// charged by whoever keeps them (a pubsub hub, a server's presence
@@ -167,6 +174,9 @@ type MemoryBudget struct {
 	queues   sizeRegistry[queueOwner]
 	messages sizeRegistry[messageOwner]
 	heads    headQueue
+
+	h2mu    sync.Mutex
+	h2conns shrinkmap.Map[h2ConnKey, *h2ConnCharge] // HTTP/2 connections carrying WebSockets
 
 	id uint32 // names the budget in a shared frame's charge (see frameShare)
 }

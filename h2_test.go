@@ -67,9 +67,16 @@ type h2Server struct {
 
 func startH2Server(t testing.TB, h http.Handler, ca *testCA) *h2Server {
 	t.Helper()
+	return startH2ServerWith(t, h, ca, &http.HTTP2Config{MaxConcurrentStreams: 2000})
+}
+
+// startH2ServerWith is startH2Server with the server's HTTP/2
+// configuration.
+func startH2ServerWith(t testing.TB, h http.Handler, ca *testCA, conf *http.HTTP2Config) *h2Server {
+	t.Helper()
 	s := &h2Server{}
 	ts := httptest.NewUnstartedServer(h)
-	ts.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 2000}
+	ts.Config.HTTP2 = conf
 	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
 			s.conns.Add(1)
@@ -681,11 +688,12 @@ func streamsUsed(budget *rally.MemoryBudget) (used int64, refused uint64) {
 func TestHTTP2StreamsPastTheBudgetAreRefusedWith503AndTheirChargeReturnsWhenTheTCPConnectionGoes(t *testing.T) {
 	requireH2(t)
 	ca := newTestCA(t)
-	// Room for two streams (32 KiB each, within the 75% that what
-	// connections hold may take), not three.
-	budget := rally.NewMemoryBudget(100 << 10)
+	// Room for the connection (32 KiB, a frame buffer of 16 KiB and a
+	// window of 64 KiB) and two streams (32 KiB each), within the 75%
+	// that what connections hold may take (192 KiB), not three.
+	budget := rally.NewMemoryBudget(256 << 10)
 	e := newH2EchoServer(&rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
-	s := startH2Server(t, e, ca)
+	s := startH2ServerWith(t, e, ca, &http.HTTP2Config{MaxReadFrameSize: 16 << 10, MaxReceiveBufferPerConnection: 64 << 10})
 	rs := openRawStream(t, s, ca, "CONNECT", nil)
 	second := rs.another(t)
 	if rs.resp.StatusCode != 200 || second.StatusCode != 200 {
@@ -696,8 +704,11 @@ func TestHTTP2StreamsPastTheBudgetAreRefusedWith503AndTheirChargeReturnsWhenTheT
 		t.Fatalf("two streams open, %d bytes charged to h2_streams", used)
 	}
 	third := rs.another(t)
+	if third.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("third stream: %d, want 503", third.StatusCode)
+	}
 	body, _ := io.ReadAll(third.Body)
-	if third.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "memory budget") {
+	if !strings.Contains(string(body), "memory budget") {
 		t.Fatalf("third stream: %d %q, want 503 naming the memory budget", third.StatusCode, body)
 	}
 	if now, refused := streamsUsed(budget); now != used || refused != 1 {
@@ -725,5 +736,51 @@ func TestHTTP2StreamsPastTheBudgetAreRefusedWith503AndTheirChargeReturnsWhenTheT
 	}
 	if got := budget.Used(); got != 0 {
 		t.Fatalf("budget holds %d bytes after every stream ended, want 0", got)
+	}
+}
+
+// What net/http holds for an HTTP/2 connection is charged once, with its
+// first WebSocket stream, at what the server lets a client make it hold:
+// a frame buffer as large as MaxReadFrameSize and a receive window of
+// MaxReceiveBufferPerConnection (1 MiB each by default). It goes back
+// with the connection's last stream.
+func TestAnHTTP2ConnectionIsChargedItsFrameBufferAndWindowOnceForAllItsStreams(t *testing.T) {
+	requireH2(t)
+	ca := newTestCA(t)
+	charges := func(conf *http.HTTP2Config) (first, second int64) {
+		budget := rally.NewMemoryBudget(1 << 30)
+		e := newH2EchoServer(&rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
+		s := startH2ServerWith(t, e, ca, conf)
+		rs := openRawStream(t, s, ca, "CONNECT", nil)
+		if rs.resp.StatusCode != 200 {
+			t.Fatalf("stream answered %d", rs.resp.StatusCode)
+		}
+		first, _ = streamsUsed(budget)
+		if r := rs.another(t); r.StatusCode != 200 {
+			t.Fatalf("second stream answered %d", r.StatusCode)
+		}
+		second, _ = streamsUsed(budget)
+		rs.tcp.Close()
+		for range 2 {
+			<-e.closed
+		}
+		for deadline := time.Now().Add(30 * time.Second); budget.Used() != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d bytes still charged after the TCP connection went", budget.Used())
+			}
+		}
+		return first, second
+	}
+	small1, small2 := charges(&http.HTTP2Config{MaxConcurrentStreams: 100, MaxReadFrameSize: 16 << 10, MaxReceiveBufferPerConnection: 64 << 10})
+	def1, def2 := charges(&http.HTTP2Config{MaxConcurrentStreams: 100})
+	stream := small2 - small1
+	if def2-def1 != stream {
+		t.Fatalf("a second stream costs %d with small buffers and %d with the defaults, want the same", stream, def2-def1)
+	}
+	if small1 <= stream {
+		t.Fatalf("the first stream costs %d, the second %d: the connection is not charged", small1, stream)
+	}
+	if want := int64(1<<20-16<<10) + int64(1<<20-64<<10); def1-small1 != want {
+		t.Fatalf("net/http's default frame buffer and window charged %d more than 16 KiB and 64 KiB, want %d", def1-small1, want)
 	}
 }

@@ -159,9 +159,10 @@ func chargedBytes(metrics string) int64 {
 // instead of keeping its handler goroutine waiting on the window for as
 // long as the client keeps the connection.
 func TestAnHTTP2StreamRefusedWith503ThatCannotTakeTheBodyIsReset(t *testing.T) {
-	// Room for two streams (32 KiB each, within the 75% that what
-	// connections hold may take), not more.
-	budget := rally.NewMemoryBudget(100 << 10)
+	// Room for the connection (112 KiB: see serveH2C) and two streams
+	// (32 KiB each), within the 75% that what connections hold may take
+	// (192 KiB), not more.
+	budget := rally.NewMemoryBudget(256 << 10)
 	ln := serveH2C(t, &rally.Server{Options: &rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}}})
 	g0, _ := heldNow()
 	const streams = 20
@@ -219,13 +220,16 @@ func TestAnHTTP2WebSocketReadWithReadIsChargedItsPumpUntilItEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stream and its pump charged", func() bool { return used() == 56<<10 })
+	// The connection (112 KiB: see serveH2C), the stream (32 KiB) and
+	// its pump (24 KiB).
+	waitFor(t, "the stream and its pump charged", func() bool { return used() == 168<<10 })
 	o.Close()
 	waitFor(t, "the charge back to zero", func() bool { return used() == 0 })
 }
 
 // serveH2C serves h over HTTP/1.1 and h2c on a loopback listener until
-// the test ends.
+// the test ends, with frames of 16 KiB and windows of 64 KiB: an HTTP/2
+// connection carrying WebSockets is charged 112 KiB (32 KiB and those).
 func serveH2C(t *testing.T, h http.Handler) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -235,7 +239,7 @@ func serveH2C(t *testing.T, h http.Handler) net.Listener {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Protocols: p, Handler: h}
+	hs := &http.Server{Protocols: p, Handler: h, HTTP2: &http.HTTP2Config{MaxReadFrameSize: 16 << 10, MaxReceiveBufferPerConnection: 64 << 10}}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 	return ln

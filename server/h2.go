@@ -32,6 +32,13 @@ const h2MaxStreams = 100
 // 16 KiB frames, about 100 KB a connection of 100 streams.
 const h2MaxReadFrame = 16 << 10
 
+// h2Window is how much a client may send on an HTTP/2 connection, and on
+// each of its streams, before the handlers have read it (net/http's
+// default is 1 MiB): what the connection may hold unread. Each HTTP/2
+// connection carrying WebSockets is charged it (MemoryStreams), with its
+// frame buffer. On a path of 20 ms it lets one connection bring 6 MB/s.
+const h2Window = 128 << 10
+
 // h2Metrics count WebSocket connections by the protocol that carries
 // them: "http/1.1", "h2" (HTTP/2 over TLS) or "h2c" (HTTP/2 without TLS).
 type h2Metrics struct {
@@ -79,11 +86,17 @@ func (s *Server) countClosed(c *rally.Conn) {
 
 // configureHTTP2 lets hs carry WebSockets over HTTP/2: h2 over TLS (on by
 // default in net/http), h2c when Config.H2C is set, at most h2MaxStreams
-// streams per connection, frames of h2MaxReadFrame at most. Without GODEBUG=http2xconnect=1 in
-// the environment the process started with, net/http does not advertise
-// extended CONNECT: that is logged (cmd/rally arranges the setting).
+// streams per connection, frames of h2MaxReadFrame at most, windows of
+// h2Window. Without GODEBUG=http2xconnect=1 in the environment the
+// process started with, net/http does not advertise extended CONNECT:
+// that is logged (cmd/rally arranges the setting).
 func (s *Server) configureHTTP2(hs *http.Server) {
-	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h2MaxStreams, MaxReadFrameSize: h2MaxReadFrame}
+	hs.HTTP2 = &http.HTTP2Config{
+		MaxConcurrentStreams:          h2MaxStreams,
+		MaxReadFrameSize:              h2MaxReadFrame,
+		MaxReceiveBufferPerConnection: h2Window,
+		MaxReceiveBufferPerStream:     h2Window,
+	}
 	if s.cfg.H2C {
 		p := new(http.Protocols)
 		p.SetHTTP1(true)

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -227,10 +228,11 @@ func h2Relay(addr string) http.Handler {
 }
 
 // rally serve advertises frames of 16 KiB at most (SETTINGS_MAX_FRAME_SIZE,
-// RFC 9113 6.5.2), not net/http's 1 MiB: net/http keeps a read buffer the
-// size of the largest frame a connection sent for as long as the
-// connection, which no budget charges.
-func TestRallyServeAdvertisesHTTP2FramesOf16KiB(t *testing.T) {
+// RFC 9113 6.5.2) and windows of 128 KiB, not net/http's 1 MiB each:
+// net/http keeps a read buffer the size of the largest frame a connection
+// sent for as long as the connection, and holds what the window lets a
+// client send before it is read; each HTTP/2 connection is charged both.
+func TestRallyServeAdvertisesHTTP2FramesOf16KiBAndWindowsOf128KiB(t *testing.T) {
 	addr, stop := serveConfig(t, Config{H2C: true, HandshakeRate: -1})
 	defer stop()
 	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
@@ -244,24 +246,43 @@ func TestRallyServeAdvertisesHTTP2FramesOf16KiB(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(c)
-	var head [9]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		t.Fatal(err)
+	readFrame := func() (typ byte, stream uint32, p []byte) {
+		var head [9]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			t.Fatal(err)
+		}
+		p = make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
+		if _, err := io.ReadFull(r, p); err != nil {
+			t.Fatal(err)
+		}
+		return head[3], binary.BigEndian.Uint32(head[5:]) &^ (1 << 31), p
 	}
-	if head[3] != 0x4 {
-		t.Fatalf("the server's first frame is of type %d, not SETTINGS", head[3])
+	typ, _, p := readFrame()
+	if typ != 0x4 {
+		t.Fatalf("the server's first frame is of type %d, not SETTINGS", typ)
 	}
-	p := make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
-	if _, err := io.ReadFull(r, p); err != nil {
-		t.Fatal(err)
-	}
-	frame := -1
+	frame, window := -1, 65535
 	for ; len(p) >= 6; p = p[6:] {
-		if p[0] == 0 && p[1] == 0x5 {
-			frame = int(p[2])<<24 | int(p[3])<<16 | int(p[4])<<8 | int(p[5])
+		switch v := int(binary.BigEndian.Uint32(p[2:])); binary.BigEndian.Uint16(p) {
+		case 0x4:
+			window = v
+		case 0x5:
+			frame = v
 		}
 	}
-	if frame != 16<<10 {
-		t.Fatalf("SETTINGS_MAX_FRAME_SIZE %d, want 16384", frame)
+	if frame != 16<<10 || window != 128<<10 {
+		t.Fatalf("SETTINGS_MAX_FRAME_SIZE %d and SETTINGS_INITIAL_WINDOW_SIZE %d, want 16384 and 131072", frame, window)
 	}
+	// The connection's window starts at 65,535 and the server raises it
+	// at once (RFC 9113 6.9.2).
+	for range 4 {
+		typ, stream, p := readFrame()
+		if typ == 0x8 && stream == 0 {
+			if got := 65535 + int(binary.BigEndian.Uint32(p)); got != 128<<10 {
+				t.Fatalf("the connection's window is %d, want 131072", got)
+			}
+			return
+		}
+	}
+	t.Fatal("the server did not raise the connection's window")
 }
