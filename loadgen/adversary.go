@@ -26,8 +26,8 @@ import (
 // The adversary: --conns clients, each of which picks one behaviour from a
 // random stream seeded by --seed (the same seed picks the same clients,
 // behaviours, sizes and start times), against the /ws and /echo endpoints
-// of `rally serve` (over HTTP/1.1, and HTTP/2 for h2-non-reader: serve with
-// --h2c for ws://; reconnect-old, and the fast subscriber once the server
+// of `rally serve` (over HTTP/1.1, and HTTP/2 for h2-non-reader and
+// h2-partial: serve with --h2c for ws://; reconnect-old, and the fast subscriber once the server
 // closed it with 4010, recover history when the flooded topic,
 // "adversary", has some: --history adversary), while a publisher floods a
 // topic and a fast subscriber reads it. The run checks what no client may
@@ -54,6 +54,10 @@ var behaviours = []struct {
 	// HTTP/2 (h2c, or h2 for wss://): one connection with 4 to 16
 	// WebSocket streams subscribed to the flooded topic, window 0
 	{"h2-non-reader", 2},
+	// HTTP/2 (h2c, or h2 for wss://): one connection with 4 to 16
+	// WebSocket streams to /echo, each sending 1 MiB of a message but
+	// its last byte within the windows the server grants
+	{"h2-partial", 1},
 	{"garbage", 1},    // random bytes, before or after a handshake
 	{"many-subs", 1},  // 100 subscriptions with 128-byte topic names, reading
 	{"publisher", 1},  // publishes to its own topic at 100 messages/s, reading
@@ -115,7 +119,7 @@ func (h *hostileRun) adversary(ctx context.Context) {
 	for _, c := range clients {
 		h.res.Behaviours[c.behaviour]++
 	}
-	a := &adversaryRun{h: h, wsPath: pathOf(wsURL)}
+	a := &adversaryRun{h: h, wsPath: pathOf(wsURL), echoPath: pathOf(h.cfg.ProbeURL)}
 	a.local = adversaryTargets{ws: h.t, echo: echo, bomb: bombTarget}
 	for i := range h.cfg.AttackerAddresses {
 		addr := attackerAddress(i)
@@ -183,6 +187,7 @@ type adversaryRun struct {
 	local     adversaryTargets   // of the well-behaved clients, and of attackers with no address
 	remote    []adversaryTargets // of the attackers, one per address (HostileConfig.AttackerAddresses)
 	wsPath    string
+	echoPath  string
 	bombFrame []byte
 }
 
@@ -310,6 +315,8 @@ func (a *adversaryRun) run(ctx context.Context, c adversaryClient, i int) {
 		a.reconnectOld(ctx, t.ws, c.n%64)
 	case "h2-non-reader":
 		a.h.h2NonReader(ctx, a.wsPath, 4+c.n%13, floodTopic, t.from)
+	case "h2-partial":
+		a.h.h2Streams(ctx, a.echoPath, 4+c.n%13, t.from, nil, newH2Senders(a.h, 1<<20))
 	case "garbage":
 		junk := make([]byte, 512+c.n%4096)
 		rand.Read(junk)

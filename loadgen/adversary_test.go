@@ -32,8 +32,8 @@ func TestAdversaryDrawsTheSameClientsFromTheSameSeed(t *testing.T) {
 	for _, behaviour := range a {
 		seen[behaviour] = true
 	}
-	if len(seen) != 13 {
-		t.Errorf("200 clients of seed 7 picked %d behaviours, want all 13: %v", len(seen), seen)
+	if len(seen) != 14 {
+		t.Errorf("200 clients of seed 7 picked %d behaviours, want all 14: %v", len(seen), seen)
 	}
 }
 
@@ -83,7 +83,7 @@ func TestAdversaryLeavesRallyServeHoldingNoConnectionAndNoCharge(t *testing.T) {
 			}
 			// The seed draws the behaviours over HTTP/2 and with history
 			// positions (what the server answered them is logged above).
-			for _, b := range []string{"h2-non-reader", "reconnect-old"} {
+			for _, b := range []string{"h2-non-reader", "h2-partial", "reconnect-old"} {
 				if res.Behaviours[b] == 0 {
 					t.Errorf("seed 3 drew no %s: %v", b, res.Behaviours)
 				}
