@@ -229,12 +229,19 @@ func (c *Conn) uncorkedLocked() {
 // the calling goroutine's sends to c are gathered; c stays writable: a
 // blocking Write on c flushes first. A connection whose queue waits for
 // its peer (the kernel refused bytes) is not joined: its sends wait in its
-// queue anyway, with no write attempt.
+// queue anyway, with no write attempt. On an event loop's goroutine, in
+// its turn (origin's callbacks on a Server with EventLoop), it joins
+// nothing and reports false: the turn gathers every send of its
+// callbacks, to any connection, and writes each connection once when it
+// ends.
 func (c *Conn) JoinCork(origin *Conn) bool {
 	if origin == nil || origin == c || c.waiting.Load() > 0 {
 		return false
 	}
 	g := currentG()
+	if inLoopTurn(g) {
+		return false
+	}
 	origin.wr.mu.Lock()
 	corked := origin.holdsCorkLocked(g)
 	origin.wr.mu.Unlock()

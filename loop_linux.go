@@ -356,6 +356,13 @@ func loopOfG(g uintptr) *loop {
 	return nil
 }
 
+// inLoopTurn reports whether g is an event loop's goroutine in its turn,
+// which gathers its callbacks' sends (see gatherLocked).
+func inLoopTurn(g uintptr) bool {
+	l := loopOfG(g)
+	return l != nil && l.inTurn
+}
+
 // mayWait reports whether the calling goroutine may wait for a peer: not
 // an event loop's, whose other connections would wait with it.
 func mayWait() bool { return loopOfG(currentG()) == nil }

@@ -12,6 +12,9 @@ func (g *loopGroup) adopt(*Server, *Conn) bool { return false }
 // gatherLocked reports false: no loop turn gathers sends.
 func (c *Conn) gatherLocked(uintptr) bool { return false }
 
+// inLoopTurn reports false: there are no event loops.
+func inLoopTurn(uintptr) bool { return false }
+
 // mayWait reports true: there are no event loops.
 func mayWait() bool { return true }
 
