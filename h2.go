@@ -65,7 +65,7 @@ func acceptH2(w http.ResponseWriter, r *http.Request, opts *AcceptOptions) (*Con
 	// when the stream closes (the Conn ends, or the TCP connection under
 	// it goes away).
 	budget := opts.MemoryBudget
-	conn := h2ConnKey{local: localAddrOf(r).String(), remote: r.RemoteAddr}
+	conn := h2ConnKeyOf(r)
 	if !budget.charge(MemoryStreams, h2StreamCost) {
 		rf := memoryBusy()
 		refuseH2(w, rf)
@@ -158,9 +158,30 @@ func h2ConnCost(r *http.Request) int64 {
 	return h2ConnBase + frame + window
 }
 
-// h2ConnKey names an HTTP/2 connection by its two addresses: the streams
-// of one connection share them, and no two connections open at once do.
-type h2ConnKey struct{ local, remote string }
+// h2ConnKey names an HTTP/2 connection. net/http puts the connection's
+// local address in each of its requests' context, the value the
+// connection returned: a *net.TCPAddr (or *net.UnixAddr) made for that
+// connection alone, the same for all its streams, which no client can
+// forge (r.RemoteAddr can be rewritten from a header by a middleware
+// before Accept). A listener whose connections return addresses of
+// another type is told apart by the two addresses' text.
+type h2ConnKey struct {
+	id            net.Addr // the local address as a pointer, or nil
+	local, remote string
+}
+
+func h2ConnKeyOf(r *http.Request) h2ConnKey {
+	k := h2ConnKey{remote: r.RemoteAddr}
+	switch a := r.Context().Value(http.LocalAddrContextKey).(type) {
+	case *net.TCPAddr:
+		k.id = a
+	case *net.UnixAddr:
+		k.id = a
+	case net.Addr:
+		k.local = a.String()
+	}
+	return k
+}
 
 // h2ConnCharge is one HTTP/2 connection's share of a budget: charged when
 // its first WebSocket stream opens, given back when its last one closes.

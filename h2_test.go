@@ -784,3 +784,28 @@ func TestAnHTTP2ConnectionIsChargedItsFrameBufferAndWindowOnceForAllItsStreams(t
 		t.Fatalf("net/http's default frame buffer and window charged %d more than 16 KiB and 64 KiB, want %d", def1-small1, want)
 	}
 }
+
+// Two HTTP/2 connections are charged as two even when a middleware gave
+// their requests the same r.RemoteAddr (a "real IP" handler reading a
+// header any client can set).
+func TestHTTP2ConnectionsWhoseRequestsNameTheSameClientAreChargedApart(t *testing.T) {
+	requireH2(t)
+	ca := newTestCA(t)
+	budget := rally.NewMemoryBudget(1 << 30)
+	e := newH2EchoServer(&rally.AcceptOptions{ConnOptions: rally.ConnOptions{MemoryBudget: budget}})
+	realIP := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.RemoteAddr = "192.0.2.1:1"
+		e.ServeHTTP(w, r)
+	})
+	s := startH2ServerWith(t, realIP, ca, &http.HTTP2Config{MaxConcurrentStreams: 100, MaxReadFrameSize: 16 << 10, MaxReceiveBufferPerConnection: 64 << 10})
+	a := openRawStream(t, s, ca, "CONNECT", nil)
+	one, _ := streamsUsed(budget)
+	b := openRawStream(t, s, ca, "CONNECT", nil)
+	two, _ := streamsUsed(budget)
+	if a.resp.StatusCode != 200 || b.resp.StatusCode != 200 {
+		t.Fatalf("streams answered %d and %d", a.resp.StatusCode, b.resp.StatusCode)
+	}
+	if two != 2*one {
+		t.Fatalf("one connection of one stream charged %d, two %d: want twice as much", one, two)
+	}
+}
