@@ -25,11 +25,11 @@ const h2MaxStreams = 100
 // into a buffer the size of the largest one the connection sent, and
 // keeps it as long as the connection, up to its default of 1 MiB: a
 // thousand connections that each sent one frame of 1 MiB held 1 GiB that
-// no budget saw. And (Go 1.26) a connection that ends with streams open
-// is kept two minutes more, its buffers included: its serving loop stops
-// its idle timer, then closes the streams, and closing the last one
-// starts the timer again (http.Server.IdleTimeout, 2 minutes here); with
-// 16 KiB frames, about 100 KB a connection of 100 streams.
+// no budget saw. (And, with http.Server.IdleTimeout set, Go 1.26 keeps
+// a connection that ends with streams open that much longer, buffers
+// included: its serving loop stops its idle timer, then closes the
+// streams, and closing the last one starts the timer again. rally serve
+// closes idle connections itself instead: see headGate.idleAfter.)
 const h2MaxReadFrame = 16 << 10
 
 // h2Window is how much a client may send on an HTTP/2 connection, and on

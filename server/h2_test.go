@@ -2,18 +2,23 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/rallyws/rally"
 	"github.com/rallyws/rally/conform"
@@ -285,4 +290,162 @@ func TestRallyServeAdvertisesHTTP2FramesOf16KiBAndWindowsOf128KiB(t *testing.T) 
 		}
 	}
 	t.Fatal("the server did not raise the connection's window")
+}
+
+// rally serve closes a connection that carries nothing once it has been
+// idle for its idle timeout (2 minutes; 200 ms here): an HTTP/1.1
+// connection between two requests, an HTTP/2 connection with no stream
+// open. It does so itself, so that net/http's HTTP/2 server keeps no idle
+// timer: Go 1.26's restarts that timer while it closes the streams of a
+// connection that ended, which kept every such connection in memory for
+// the whole timeout. An HTTP/2 connection with a WebSocket open is not
+// idle.
+func TestRallyServeClosesIdleConnectionsAndKeepsThoseCarryingAWebSocket(t *testing.T) {
+	old := httpIdleTimeout
+	httpIdleTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { httpIdleTimeout = old })
+	addr, stop := serveConfig(t, Config{H2C: true, HandshakeRate: -1})
+	defer stop()
+	closedByServer := func(t *testing.T, c net.Conn, r io.Reader) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(slowness.Scale(30 * time.Second)))
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			t.Fatalf("the idle connection was not closed by the server: %v", err)
+		}
+	}
+	t.Run("http/1.1", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: rally\r\n\r\n")
+		r := bufio.NewReader(c)
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		closedByServer(t, c, r)
+	})
+	t.Run("h2c", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+		closedByServer(t, c, c)
+	})
+	t.Run("h2c with a WebSocket open", func(t *testing.T) {
+		tr := &http.Transport{ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		ws := dial(t, "ws://"+addr+"/echo", &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr})
+		for range 3 {
+			time.Sleep(2 * httpIdleTimeout)
+			ws.send("still here")
+			if got := ws.next(); got != "still here" {
+				t.Fatalf("echo over a connection idle for longer than the timeout: %q", got)
+			}
+		}
+	})
+}
+
+// An HTTP/2 connection whose client went away with a WebSocket open is
+// let go once its streams ended, not an idle timeout later: with
+// http.Server.IdleTimeout set, Go 1.26's HTTP/2 server restarts its idle
+// timer while it closes such a connection's streams, and the timer keeps
+// the connection, its buffers included. Each accepted socket is watched
+// through a weak pointer.
+func TestAnHTTP2ConnectionLeftWithAWebSocketOpenIsNotKeptInMemory(t *testing.T) {
+	old := httpIdleTimeout
+	httpIdleTimeout = time.Hour
+	t.Cleanup(func() { httpIdleTimeout = old })
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &watchedListener{Listener: tcp}
+	s, err := New(Config{H2C: true, HandshakeRate: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	// A transport that opens a connection for each WebSocket
+	// (DisableKeepAlives), so that cutting it cuts that WebSocket alone.
+	var client net.Conn
+	tr := &http.Transport{ForceAttemptHTTP2: true, DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		client = c
+		return c, err
+	}}
+	const conns = 20
+	for range conns {
+		// A WebSocket over HTTP/2 echoes a message of 16 KiB (net/http
+		// reads it in frames of up to 16 KiB, and its frame buffer grows
+		// to them), and the client cuts the TCP connection under it.
+		ctx := testContext(t)
+		c, _, err := rally.Dial(ctx, "ws://"+tcp.Addr().String()+"/echo", &rally.DialOptions{HTTP2: rally.HTTP2Require, HTTP2Transport: tr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := bytes.Repeat([]byte("x"), 16<<10)
+		if err := c.Write(ctx, rally.Binary, msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := c.Read(ctx); err != nil || len(got) != len(msg) {
+			t.Fatalf("echoed %d bytes, %v; want %d", len(got), err, len(msg))
+		}
+		client.Close()
+		c.CloseNow()
+	}
+	deadline := time.Now().Add(slowness.Scale(30 * time.Second))
+	for {
+		open := s.conns.Load() + s.httpConns.Load()
+		runtime.GC()
+		runtime.GC()
+		kept := ln.kept()
+		if open == 0 && kept == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections still in memory (%d open) after their clients went away", kept, conns, open)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// watchedListener keeps a weak pointer to each connection it accepted.
+type watchedListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []weak.Pointer[net.TCPConn]
+}
+
+func (l *watchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		l.mu.Lock()
+		l.conns = append(l.conns, weak.Make(tc))
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// kept returns how many of the accepted connections are still reachable.
+func (l *watchedListener) kept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, w := range l.conns {
+		if w.Value() != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -13,6 +13,11 @@ import (
 	"github.com/rallyws/rally/internal/shrinkmap"
 )
 
+// httpIdleTimeout is how long rally serve keeps a connection that carries
+// nothing: between two requests of a kept-alive connection, or an HTTP/2
+// connection with no stream open (a variable for the tests).
+var httpIdleTimeout = 2 * time.Minute
+
 // headBufferBytes is what net/http holds for reading a connection's
 // request head besides the head itself (its bufio.Reader).
 const headBufferBytes = 4 << 10
@@ -25,13 +30,17 @@ func (s *Server) harden(ctx context.Context, hs *http.Server, ln net.Listener) n
 	p := &s.cfg.Protection
 	hs.MaxHeaderBytes = p.MaxHeaderBytes
 	g := &headGate{
-		max:     int64(p.MaxPendingHandshakes),
-		budget:  s.budget,
-		perHead: int64(p.MaxHeaderBytes) + headBufferBytes,
-		open:    &s.httpConns,
-		m:       s.m,
-		log:     newEveryLog(s.log, 10*time.Second),
+		max:       int64(p.MaxPendingHandshakes),
+		budget:    s.budget,
+		perHead:   int64(p.MaxHeaderBytes) + headBufferBytes,
+		open:      &s.httpConns,
+		m:         s.m,
+		log:       newEveryLog(s.log, 10*time.Second),
+		idleAfter: hs.IdleTimeout,
 	}
+	// The gate closes idle connections itself (see idleAfter): net/http's
+	// HTTP/2 server must not keep an idle timer.
+	hs.IdleTimeout = 0
 	prev := hs.ConnState
 	hs.ConnState = func(c net.Conn, st http.ConnState) {
 		g.state(c, st)
@@ -60,11 +69,19 @@ func (s *Server) harden(ctx context.Context, hs *http.Server, ln net.Listener) n
 type headGate struct {
 	max     int64
 	perHead int64
-	budget  *rally.MemoryBudget
-	pending atomic.Int64
-	open    *atomic.Int64 // TCP connections net/http serves (not hijacked)
-	m       *metrics
-	log     *everyLog
+	// idleAfter is how long a connection may stay idle (no request in
+	// progress, no HTTP/2 stream open) before the gate closes it: what
+	// http.Server.IdleTimeout does, done here because net/http's HTTP/2
+	// server (Go 1.26) starts its idle timer again while it closes the
+	// streams of a connection that ended, and so keeps every such
+	// connection, its buffers included, IdleTimeout longer. Without an
+	// IdleTimeout it keeps no timer.
+	idleAfter time.Duration
+	budget    *rally.MemoryBudget
+	pending   atomic.Int64
+	open      *atomic.Int64 // TCP connections net/http serves (not hijacked)
+	m         *metrics
+	log       *everyLog
 
 	mu    sync.Mutex
 	conns shrinkmap.Map[net.Conn, *pendingHead] // gives back the room of a crowd that left
@@ -76,7 +93,8 @@ type pendingHead struct {
 	g       *headGate
 	c       net.Conn
 	waiting atomic.Bool // its head is in progress, counted and charged
-	idle    atomic.Bool // between two requests of a kept-alive connection
+	idle    atomic.Bool // between two requests of a kept-alive connection, or no HTTP/2 stream open
+	reaper  *time.Timer // closes the connection once idle for idleAfter; made the first time it is idle
 }
 
 type pendingKey struct{}
@@ -114,11 +132,39 @@ func (g *headGate) state(c net.Conn, st http.ConnState) {
 		if h.idle.Swap(false) {
 			h.start() // the next request on a kept-alive connection
 		}
+		h.stopReaper()
 	case http.StateIdle:
 		h.idle.Store(true)
 		h.finish()
+		h.startReaper()
 	default:
 		h.finish()
+		h.stopReaper()
+	}
+}
+
+// startReaper has the connection closed if it is still idle after
+// idleAfter. net/http calls a connection's state changes one at a time,
+// so the timer is touched by one goroutine at a time.
+func (h *pendingHead) startReaper() {
+	d := h.g.idleAfter
+	if d <= 0 {
+		return
+	}
+	if h.reaper == nil {
+		h.reaper = time.AfterFunc(d, func() {
+			if h.idle.Load() {
+				h.c.Close()
+			}
+		})
+		return
+	}
+	h.reaper.Reset(d)
+}
+
+func (h *pendingHead) stopReaper() {
+	if h.reaper != nil {
+		h.reaper.Stop()
 	}
 }
 

@@ -58,7 +58,8 @@ func (cfg *Config) checkReusePort() error {
 // would find nothing new. They are not free: with 840,000 idle
 // connections on one machine they were 60,000 probes a second, and the
 // kernel's softirq time spent on them stopped new connections from being
-// accepted. HTTP connections keep http.Server's IdleTimeout.
+// accepted. An HTTP connection is closed once idle for two minutes
+// (httpIdleTimeout).
 func (s *Server) listen() (net.Listener, error) {
 	lc := net.ListenConfig{}
 	if s.cfg.PingInterval > 0 && s.cfg.IdleTimeout > 0 {

@@ -536,7 +536,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: s.cfg.HeaderReadTimeout,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       httpIdleTimeout, // enforced by harden's gate
 		ConnState:         s.heads.track(s.cfg.HeaderReadTimeout, s.m),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
