@@ -27,13 +27,13 @@ import (
 // random stream seeded by --seed (the same seed picks the same clients,
 // behaviours, sizes and start times), against the /ws and /echo endpoints
 // of `rally serve` (over HTTP/1.1, and HTTP/2 for h2-non-reader and
-// h2-partial: serve with --h2c for ws://; reconnect-old, and the fast subscriber once the server
-// closed it with 4010, recover history when the flooded topic,
-// "adversary", has some: --history adversary), while a publisher floods a
-// topic and a fast subscriber reads it. The run checks what no client may
-// take from the others: the server's memory, a fresh client's echo, the
-// fast subscriber's rate, and, once every client has left, that the
-// server holds no connection and no budget charge.
+// h2-partial: serve with --h2c for ws://; reconnect-old, and the fast
+// subscriber once the server closed it with 4010, recover history when
+// the flooded topic, "adversary", has some: --history adversary), while a
+// publisher floods a topic and a fast subscriber reads it. The run checks
+// what no client may take from the others: the server's memory, a fresh
+// client's echo, the fast subscriber's rate, and, once every client has
+// left, that the server holds no connection and no budget charge.
 
 // behaviours are what an adversary client can do, by name, with their
 // weight in the draw.
