@@ -20,10 +20,12 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/rallyws/rally/deflate"
 )
@@ -77,8 +79,13 @@ type h2Pool struct {
 }
 
 var (
-	h2Pools      sync.Map // *http.Transport → *h2Pool
-	h2Transports sync.Map // *tls.Config (nil too) → *http.Transport of rally's own
+	h2Pools sync.Map // *http.Transport → *h2Pool
+	// h2Transports are rally's own transports, one for each
+	// DialOptions.TLSConfig: by a weak pointer to it (nil for none), so
+	// that a program making a tls.Config for each Dial does not leave a
+	// transport behind each. Once the tls.Config is collected, its
+	// transport and pool are dropped (dropTransport).
+	h2Transports sync.Map // weak.Pointer[tls.Config] or nil → *http.Transport
 )
 
 // h2PoolFor returns the pool of opts.HTTP2Transport, or of the transport
@@ -86,8 +93,15 @@ var (
 func h2PoolFor(opts *DialOptions) (*h2Pool, error) {
 	t := opts.HTTP2Transport
 	if t == nil {
-		v, _ := h2Transports.LoadOrStore(opts.TLSConfig, &http.Transport{ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second})
+		var key any
+		if opts.TLSConfig != nil {
+			key = weak.Make(opts.TLSConfig)
+		}
+		v, loaded := h2Transports.LoadOrStore(key, &http.Transport{ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second})
 		t = v.(*http.Transport)
+		if !loaded && opts.TLSConfig != nil {
+			runtime.AddCleanup(opts.TLSConfig, dropTransport, key)
+		}
 	}
 	if v, ok := h2Pools.Load(t); ok {
 		return v.(*h2Pool), nil
@@ -99,6 +113,17 @@ func h2PoolFor(opts *DialOptions) (*h2Pool, error) {
 	}
 	v, _ := h2Pools.LoadOrStore(t, &h2Pool{t: t, rt: map[string]http.RoundTripper{}, noH2: map[string]bool{}})
 	return v.(*h2Pool), nil
+}
+
+// dropTransport forgets the transport rally kept for a tls.Config that is
+// gone, and its pool, and closes its idle connections; WebSockets on its
+// connections go on.
+func dropTransport(key any) {
+	if v, ok := h2Transports.LoadAndDelete(key); ok {
+		t := v.(*http.Transport)
+		h2Pools.Delete(t)
+		t.CloseIdleConnections()
+	}
 }
 
 func (p *h2Pool) cached(scheme string) http.RoundTripper {

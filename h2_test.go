@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -807,5 +808,32 @@ func TestHTTP2ConnectionsWhoseRequestsNameTheSameClientAreChargedApart(t *testin
 	}
 	if two != 2*one {
 		t.Fatalf("one connection of one stream charged %d, two %d: want twice as much", one, two)
+	}
+}
+
+// rally's client keeps a transport of its own for each
+// DialOptions.TLSConfig it dials HTTP/2 with: a program that makes a
+// tls.Config for each Dial does not leave a transport behind each.
+func TestAClientMakingATLSConfigForEachDialLeavesNoTransportBehind(t *testing.T) {
+	requireH2(t)
+	ca := newTestCA(t)
+	e := newH2EchoServer(nil)
+	s := startH2Server(t, e, ca)
+	before := rally.H2TransportsForTest()
+	for range 20 {
+		c, _, err := rally.Dial(ctxT(t), s.ws, &rally.DialOptions{HTTP2: rally.HTTP2Require, TLSConfig: ca.clientConfig()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.HTTP2() {
+			t.Fatal("not over HTTP/2")
+		}
+		c.Close(rally.CloseNormal, "")
+	}
+	for deadline := time.Now().Add(30 * time.Second); rally.H2TransportsForTest() > before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rally keeps %d transports after 20 Dials, each with a tls.Config of its own, had %d before", rally.H2TransportsForTest(), before)
+		}
+		runtime.GC()
 	}
 }

@@ -302,9 +302,9 @@ type DialOptions struct {
 	// share it with the transport's own HTTP/2 requests. Its DialContext
 	// and TLSClientConfig are used unless NetDialContext and TLSConfig
 	// are set. nil means a transport rally keeps per TLSConfig (one for
-	// all Dials with a nil TLSConfig). rally keeps a small record per
-	// transport (and per TLSConfig) for the life of the program: reuse
-	// them rather than making one per Dial.
+	// all Dials with a nil TLSConfig), until the TLSConfig is collected.
+	// rally keeps a small record per transport given here for the life of
+	// the program: reuse one rather than making one per Dial.
 	HTTP2Transport *http.Transport
 }
 
