@@ -163,24 +163,24 @@ func h2ConnCost(r *http.Request) int64 {
 // connection returned: a *net.TCPAddr (or *net.UnixAddr) made for that
 // connection alone, the same for all its streams, which no client can
 // forge (r.RemoteAddr can be rewritten from a header by a middleware
-// before Accept). A listener whose connections return addresses of
-// another type is told apart by the two addresses' text.
+// before Accept, differently for each stream). A listener whose
+// connections return addresses of another type is told apart by the two
+// addresses' text.
 type h2ConnKey struct {
 	id            net.Addr // the local address as a pointer, or nil
-	local, remote string
+	local, remote string   // when id is nil
 }
 
 func h2ConnKeyOf(r *http.Request) h2ConnKey {
-	k := h2ConnKey{remote: r.RemoteAddr}
 	switch a := r.Context().Value(http.LocalAddrContextKey).(type) {
 	case *net.TCPAddr:
-		k.id = a
+		return h2ConnKey{id: a}
 	case *net.UnixAddr:
-		k.id = a
+		return h2ConnKey{id: a}
 	case net.Addr:
-		k.local = a.String()
+		return h2ConnKey{local: a.String(), remote: r.RemoteAddr}
 	}
-	return k
+	return h2ConnKey{remote: r.RemoteAddr}
 }
 
 // h2ConnCharge is one HTTP/2 connection's share of a budget: charged when

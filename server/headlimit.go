@@ -36,11 +36,8 @@ func (s *Server) harden(ctx context.Context, hs *http.Server, ln net.Listener) n
 		open:      &s.httpConns,
 		m:         s.m,
 		log:       newEveryLog(s.log, 10*time.Second),
-		idleAfter: hs.IdleTimeout,
+		idleAfter: httpIdleTimeout,
 	}
-	// The gate closes idle connections itself (see idleAfter): net/http's
-	// HTTP/2 server must not keep an idle timer.
-	hs.IdleTimeout = 0
 	prev := hs.ConnState
 	hs.ConnState = func(c net.Conn, st http.ConnState) {
 		g.state(c, st)
@@ -75,7 +72,7 @@ type headGate struct {
 	// server (Go 1.26) starts its idle timer again while it closes the
 	// streams of a connection that ended, and so keeps every such
 	// connection, its buffers included, IdleTimeout longer. Without an
-	// IdleTimeout it keeps no timer.
+	// IdleTimeout (rally serve sets none) it keeps no timer.
 	idleAfter time.Duration
 	budget    *rally.MemoryBudget
 	pending   atomic.Int64

@@ -536,9 +536,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: s.cfg.HeaderReadTimeout,
-		IdleTimeout:       httpIdleTimeout, // enforced by harden's gate
-		ConnState:         s.heads.track(s.cfg.HeaderReadTimeout, s.m),
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// No IdleTimeout: harden's gate closes idle connections
+		// (headGate.idleAfter), so that net/http's HTTP/2 server keeps
+		// no idle timer.
+		ConnState: s.heads.track(s.cfg.HeaderReadTimeout, s.m),
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.configureHTTP2(hs)
 	ln = s.harden(ctx, hs, ln)
